@@ -1,0 +1,5 @@
+"""Learners (ppo/; sac/ and residual/ arrive later), presets, evaluation and the run folder."""
+
+from algos.presets import PRESETS, EvalConfig, TrainConfig, get_preset
+
+__all__ = ["PRESETS", "EvalConfig", "TrainConfig", "get_preset"]

@@ -1,0 +1,16 @@
+"""Flax networks (MLP actor-critic, asymmetric critic), normalizers and action heads: pure init/apply."""
+
+from policies.actor_critic import (
+    ActorCritic,
+    NetworkConfig,
+    gaussian_entropy,
+    gaussian_log_prob,
+    make_actor_critic,
+    make_policy,
+)
+from policies.normalizer import NormalizerState, init_normalizer, normalize, update_normalizer
+
+__all__ = [
+    "ActorCritic", "NetworkConfig", "NormalizerState", "gaussian_entropy", "gaussian_log_prob",
+    "init_normalizer", "make_actor_critic", "make_policy", "normalize", "update_normalizer",
+]
