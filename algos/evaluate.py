@@ -1,12 +1,17 @@
-"""Closed-loop evaluation of a policy on an unbatched env (vmapped over episodes)."""
+"""Closed-loop evaluation of a policy on an unbatched env (vmapped over episodes), and its plot."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from algos.presets import EvalConfig
+from algos.run_folder import atomic_write
 from sim import Env
 
 
@@ -29,9 +34,14 @@ def rollout(
         dead = jnp.maximum(dead, nstate.done)
         nstate = jax.tree.map(
             lambda a, b: jnp.where(jnp.reshape(carry[1] > 0, (-1,) + (1,) * (a.ndim - 1)), b, a),
-            nstate, state)
-        out = {"position_error": nstate.metrics["position_error"], "done": dead,
-               "position": jnp.stack(nstate.data.rigid.pos, -1)}
+            nstate,
+            state,
+        )
+        out = {
+            "position_error": nstate.metrics["position_error"],
+            "done": dead,
+            "position": jnp.stack(nstate.data.rigid.pos, -1),
+        }
         return (nstate, dead), out
 
     _, traj = jax.lax.scan(step, (state, jnp.zeros(episodes)), jax.random.split(key_run, steps))
@@ -39,7 +49,8 @@ def rollout(
 
 
 def summarize(traj: dict[str, jax.Array], settle_steps: int, tolerance: float) -> dict[str, float]:
-    """Success: never terminated and mean position error over the last `settle_steps` ≤ tolerance."""
+    """Success: never terminated, and mean position error over the last `settle_steps` steps is
+    ≤ `tolerance`. RMSE over alive steps only. Returns the four keys of eval.json's summary."""
     err, dead = traj["position_error"], traj["done"]
     terminated = dead[-1] > 0
     final_err = err[-settle_steps:].mean(0)
@@ -52,3 +63,54 @@ def summarize(traj: dict[str, jax.Array], settle_steps: int, tolerance: float) -
         "termination_rate": float(terminated.mean()),
         "episodes": int(err.shape[1]),
     }
+
+
+def eval_steps(cfg: EvalConfig, dt: float) -> tuple[int, int]:
+    """(episode steps, settle-window steps) of the evaluation protocol at control period `dt`."""
+    return max(1, round(cfg.seconds / dt)), max(1, round(cfg.settle_seconds / dt))
+
+
+def plot_trajectories(
+    traj: dict[str, np.ndarray],
+    dt: float,
+    tolerance: float,
+    settle_steps: int,
+    path: Path,
+    max_episodes: int = 20,
+) -> None:
+    """PNG of sample episodes: position error vs time, xy and xz paths (terminated ones in red).
+
+    traj: host arrays from `rollout` ([T, B] and [T, B, 3]); the first `max_episodes` are drawn.
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global backend state
+
+    err = np.asarray(traj["position_error"])[:, :max_episodes]
+    pos = np.asarray(traj["position"])[:, :max_episodes]
+    dead = np.asarray(traj["done"])[:, :max_episodes] > 0
+    steps, n = err.shape
+    t = np.arange(1, steps + 1) * dt
+    fig = Figure(figsize=(14, 4.5), layout="constrained")
+    ax_err, ax_xy, ax_xz = fig.subplots(1, 3)
+    for i in range(n):
+        alive = ~dead[:, i]
+        color = "tab:red" if dead[-1, i] else "tab:blue"
+        ax_err.plot(t[alive], err[alive, i], color=color, lw=0.8, alpha=0.7)
+        ax_xy.plot(pos[alive, i, 0], pos[alive, i, 1], color=color, lw=0.8, alpha=0.7)
+        ax_xz.plot(pos[alive, i, 0], pos[alive, i, 2], color=color, lw=0.8, alpha=0.7)
+        for ax, j in ((ax_xy, 1), (ax_xz, 2)):
+            ax.plot(pos[0, i, 0], pos[0, i, j], "o", color=color, ms=3)
+    ax_err.axhline(tolerance, color="k", ls="--", lw=0.8, label=f"tolerance {tolerance} m")
+    ax_err.axvspan(t[-1] - settle_steps * dt, t[-1], color="0.9", label="settle window")
+    ax_err.set(
+        xlabel="time [s]",
+        ylabel="position error [m]",
+        yscale="log",
+        title=f"{n} episodes (red: terminated)",
+    )
+    ax_err.legend(loc="upper right")
+    for ax, name in ((ax_xy, "y"), (ax_xz, "z")):
+        ax.plot(0, 0, "k+", ms=12)
+        ax.set(xlabel="x [m]", ylabel=f"{name} [m]", aspect="equal", title=f"x{name} path")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    atomic_write(path, buf.getvalue())

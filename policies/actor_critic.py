@@ -85,7 +85,7 @@ def make_actor_critic(
         return {
             "actor": actor_net.init(key_actor, jnp.zeros((1, obs_size))),
             "critic": critic_net.init(key_critic, jnp.zeros((1, critic_obs_size))),
-            "log_std": jnp.full((act_size,), cfg.init_log_std),
+            "log_std": jnp.full((act_size,), cfg.init_log_std, jnp.float32),
             "obs_norm": init_normalizer(obs_size),
             "critic_norm": init_normalizer(critic_obs_size),
         }

@@ -1,0 +1,419 @@
+"""Training and evaluation shells over a run folder (`algos.run_folder`); the CLI calls these.
+
+`train(cfg, run_dir)` starts a run, resumes it from its latest checkpoint, or reports it complete;
+it jits the learner's pure `update` at this edge and keeps the Python outer loop to logging
+(rich progress bar, metrics.csv, TensorBoard, learning-curve PNG, run.log), checkpoints and the
+final evaluation. `evaluate_run(run_dir)` rebuilds the policy from the folder alone and runs the
+evaluation protocol of `EvalConfig` with the deterministic policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from algos.config_io import from_dict, to_dict
+from algos.evaluate import eval_steps, plot_trajectories, rollout, summarize
+from algos.ppo import TrainState, make_train
+from algos.presets import TrainConfig
+from algos.run_folder import (
+    CONFIG,
+    EVAL,
+    Checkpoint,
+    MetricsLog,
+    RunError,
+    atomic_write,
+    config_diff,
+    config_hash,
+    format_diff,
+    is_empty_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    load_run,
+    read_config,
+    read_json,
+    read_metrics,
+    remove_stale_temp_files,
+    save_checkpoint,
+    trim_metrics,
+    write_config,
+)
+from policies import make_policy
+from sim import make_env
+
+LOG = "run.log"
+LEARNING_CURVE = "learning_curve.png"
+EVAL_PLOT = "eval_trajectories.png"
+
+
+class TrainResult(NamedTuple):
+    """update: completed updates; total: updates of the full run; eval: summary once complete."""
+
+    update: int
+    total: int
+    eval: dict[str, Any] | None
+
+
+# -- compilation cache ------------------------------------------------------------------------
+def default_cache_dir() -> Path:
+    """$HOVERFLY_CACHE_DIR, else $XDG_CACHE_HOME/hoverfly/jax, else ~/.cache/hoverfly/jax."""
+    if os.environ.get("HOVERFLY_CACHE_DIR"):
+        return Path(os.environ["HOVERFLY_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hoverfly" / "jax"
+
+
+def enable_compilation_cache(cache_dir: Path | None | Literal["default"] = "default") -> None:
+    """Turns on JAX's persistent compilation cache for every compile (None: leave JAX as is).
+
+    JAX reads the directory once per process, so a directory already configured (e.g. through
+    $JAX_COMPILATION_CACHE_DIR or an earlier call) is kept.
+    """
+    if cache_dir is None or jax.config.jax_compilation_cache_dir:
+        return
+    if cache_dir == "default":
+        cache_dir = default_cache_dir()
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def _cache_entries() -> int | None:
+    folder = jax.config.jax_compilation_cache_dir
+    if not folder or not Path(folder).is_dir():
+        return None
+    return sum(1 for p in Path(folder).iterdir() if p.name.endswith("-cache"))
+
+
+def _cache_report(before: int | None) -> str:
+    after = _cache_entries()
+    if before is None or after is None:
+        return "compilation cache off"
+    new = after - before
+    return f"compilation cache {'cold' if new else 'warm'}: {new} new entries"
+
+
+# -- logging ----------------------------------------------------------------------------------
+class _Log:
+    """Lines to the console (stderr by default) and, time-stamped, to RUN/run.log."""
+
+    def __init__(self, run_dir: Path, console: Console):
+        self.path, self.console = Path(run_dir) / LOG, console
+
+    def __call__(self, msg: str) -> None:
+        stamp = datetime.datetime.now().isoformat(timespec="seconds")
+        with open(self.path, "a") as f:
+            f.write(f"{stamp} {msg}\n")
+        self.console.print(msg, markup=False, highlight=False, soft_wrap=True)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} steps"),
+        TextColumn("{task.fields[sps]:,.0f} steps/s"),
+        TextColumn("return {task.fields[ret]:.1f}"),
+        TextColumn("term {task.fields[term]:.1%}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+
+
+# -- training ---------------------------------------------------------------------------------
+def train(
+    cfg: TrainConfig,
+    run_dir: Path,
+    *,
+    cache_dir: Path | None | Literal["default"] = "default",
+    stop_after: int | None = None,
+    console: Console | None = None,
+) -> TrainResult:
+    """Trains `cfg` into `run_dir`, resuming from its latest checkpoint if there is one.
+
+    A folder whose config.json differs from `cfg` is refused (`RunError` naming the fields); a
+    complete run is not retrained (it is evaluated if eval.json is missing). `stop_after` ends
+    this session after that many updates (with a checkpoint). `cache_dir`: JAX's persistent
+    compilation cache ("default": `default_cache_dir()`, None: leave JAX's setting alone).
+    """
+    console = console or Console(stderr=True)
+    run_dir = Path(run_dir)
+    enable_compilation_cache(cache_dir)
+    try:
+        cfg.validate()
+        _validate_run_fields(cfg)
+        env = make_env(cfg.task, cfg.env, cfg.randomization)
+        trainer = make_train(cfg.ppo, env, cfg.env.episode_steps)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    cfg_hash = _open_run(cfg, run_dir)
+    init = jax.jit(lambda key: _strong_types(trainer.init(key)))
+    ckpt_path, ckpt = latest_checkpoint(run_dir), None
+    if ckpt_path is not None:  # validated before anything in the folder changes
+        like = jax.eval_shape(init, jax.random.key(cfg.seed))
+        ckpt = load_checkpoint(ckpt_path, like.params, like.opt_state, cfg_hash)
+    total, log = cfg.ppo.num_updates, _Log(run_dir, console)
+    if ckpt is not None and ckpt.update >= total:
+        log(f"run {run_dir} is complete ({ckpt.update}/{total} updates); not retraining")
+        return TrainResult(ckpt.update, total, _final_eval(run_dir, ckpt.update, log, console))
+    remove_stale_temp_files(run_dir)
+    trim_metrics(run_dir, ckpt.update if ckpt else 0)
+    cache_before, t_start = _cache_entries(), time.perf_counter()
+    ts = _start_state(init, cfg, ckpt, cfg_hash, log)
+    timing = (t_start, time.perf_counter() - t_start, cache_before)
+    end = total if stop_after is None else min(total, int(ts.update) + stop_after)
+    ts = _loop(trainer.update, cfg, run_dir, ts, end, cfg_hash, log, console, timing)
+    update = int(ts.update)
+    if update < total:
+        log(f"stopped at update {update}/{total}; run the same command again to resume")
+        return TrainResult(update, total, None)
+    log(f"training complete: {update} updates, {update * cfg.ppo.batch_size:,} env steps")
+    return TrainResult(update, total, _final_eval(run_dir, update, log, console))
+
+
+def _validate_run_fields(cfg: TrainConfig) -> None:
+    """Checks what `TrainConfig.validate` leaves alone: field types (config.json must read back
+    as the same config) and the fields this module relies on."""
+    if from_dict(TrainConfig, json.loads(json.dumps(to_dict(cfg)))) != cfg:
+        raise ValueError("the config does not survive a round trip through config.json")
+    e = cfg.eval
+    if cfg.checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be ≥ 1, got {cfg.checkpoint_every}")
+    if e.episodes < 1 or not 0 < e.settle_seconds <= e.seconds:
+        raise ValueError("eval needs episodes ≥ 1 and 0 < settle_seconds ≤ seconds")
+
+
+def _start_state(init, cfg: TrainConfig, ckpt: Checkpoint | None, cfg_hash: str, log) -> TrainState:
+    """A fresh train state, or the checkpoint's with env states re-initialized."""
+    if ckpt is None:
+        log(
+            f"start {cfg.task} · {cfg.ppo.num_updates} updates × {cfg.ppo.batch_size:,} env "
+            f"steps · seed {cfg.seed} · config {cfg_hash}"
+        )
+        return init(jax.random.key(cfg.seed))
+    log(f"resume from {ckpt.path.name} (update {ckpt.update}/{cfg.ppo.num_updates})")
+    # Env states are not checkpointed: fresh ones from a key derived from the checkpoint's.
+    fresh = init(jax.random.fold_in(ckpt.key, ckpt.update))
+    return fresh.replace(
+        params=jax.tree.map(jnp.asarray, ckpt.params),
+        opt_state=jax.tree.map(jnp.asarray, ckpt.opt_state),
+        key=ckpt.key,
+        update=jnp.asarray(ckpt.update, jnp.int32),
+    )
+
+
+def _open_run(cfg: TrainConfig, run_dir: Path) -> str:
+    """Checks `cfg` against an existing config.json, or creates the folder and writes it."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"{run_dir} exists and is not a folder")
+    if (run_dir / CONFIG).exists():
+        diff = config_diff(read_config(run_dir), cfg)
+        if diff:
+            raise RunError(
+                f"{run_dir / CONFIG} differs from the requested config: "
+                f"{format_diff(diff)}; use another --out or the run's settings"
+            )
+    elif run_dir.is_dir() and not is_empty_dir(run_dir):
+        raise RunError(f"{run_dir} is not empty and has no {CONFIG}; refusing to train into it")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(run_dir, cfg)
+    return config_hash(cfg)
+
+
+def _strong_types(tree: Any) -> Any:
+    """Drops weak types so that init's output and update's output share one compiled update."""
+
+    def strong(x):
+        return x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x.astype(x.dtype)
+
+    return jax.tree.map(strong, tree)
+
+
+def _loop(update_fn, cfg, run_dir, ts: TrainState, end, cfg_hash, log, console, timing):
+    """Runs updates until `end`; one metrics row per update, checkpoints every few."""
+    update_fn = jax.jit(update_fn)
+    batch, total, start = cfg.ppo.batch_size, cfg.ppo.num_updates, int(ts.update)
+    metrics_log = MetricsLog(run_dir)
+    previous = read_metrics(run_dir)
+    wall0 = previous[-1].get("wall_time_s", 0.0) if previous else 0.0
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir / "tb"), purge_step=start * batch + 1)
+    saved, t_first, stats = ts, None, {"sps": 0.0, "ret": float("nan"), "term": float("nan")}
+    t_start, t_init, cache_before = timing
+    try:
+        with _progress(console) as progress:
+            task = progress.add_task(
+                f"train {cfg.task}", total=total * batch, completed=start * batch, **stats
+            )
+            for u in range(start + 1, end + 1):
+                t0 = time.perf_counter()
+                ts, metrics = update_fn(ts)
+                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                now = time.perf_counter()
+                if t_first is None:
+                    t_first = now
+                    log(
+                        f"time to first update {now - t_start:.1f} s (init {t_init:.1f} s; "
+                        f"{_cache_report(cache_before)})"
+                    )
+                row = {
+                    "update": u,
+                    "env_steps": u * batch,
+                    "wall_time_s": round(wall0 + now - t_start, 3),
+                    **metrics,
+                }
+                metrics_log.append(row)
+                for k, v in metrics.items():
+                    writer.add_scalar(k, v, u * batch)
+                saved, stats = (
+                    ts,
+                    _stats(stats, metrics, batch / max(now - t0, 1e-9), first=u == start + 1),
+                )
+                progress.update(task, completed=u * batch, **stats)
+                if u % cfg.checkpoint_every == 0 or u == end:
+                    _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats)
+    except KeyboardInterrupt:
+        if int(saved.update) > start:
+            _checkpoint(run_dir, saved, cfg_hash, writer, log, total, batch, stats)
+        log(f"interrupted at update {int(saved.update)}/{total}; run the same command to resume")
+        raise
+    finally:
+        writer.close()
+    return ts
+
+
+def _stats(prev: dict, metrics: dict, sps: float, first: bool) -> dict[str, float]:
+    """Progress figures: learner steps/s (EMA; the compiling first update excluded) and the
+    return and termination rate of the latest rollout in which episodes ended."""
+    out = dict(prev)
+    if not first:
+        out["sps"] = sps if prev["sps"] == 0 else 0.9 * prev["sps"] + 0.1 * sps
+    if metrics.get("episode/count", 1.0) > 0:
+        out["ret"] = metrics.get("episode/return", 0.0)
+        out["term"] = metrics.get("episode/termination_rate", 0.0)
+    return out
+
+
+def _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats) -> None:
+    u = int(ts.update)
+    path = save_checkpoint(run_dir, u, ts.params, ts.opt_state, ts.key, cfg_hash)
+    writer.flush()
+    plot_learning_curve(run_dir)
+    log(
+        f"update {u}/{total} · {u * batch:,} env steps · {stats['sps']:,.0f} steps/s · "
+        f"return {stats['ret']:.1f} · termination {stats['term']:.1%} → {path.name}"
+    )
+
+
+def plot_learning_curve(run_dir: Path) -> None:
+    """RUN/learning_curve.png from metrics.csv: return, termination rate, position error."""
+    from matplotlib.figure import Figure
+
+    rows = read_metrics(run_dir)
+    if not rows:
+        return
+    x = np.array([r["env_steps"] for r in rows])
+    panels = [
+        ("episode/return", "episode return"),
+        ("episode/termination_rate", "termination rate"),
+        ("position_error", "position error [m]"),
+    ]
+    panels = [(k, label) for k, label in panels if k in rows[0]]
+    fig = Figure(figsize=(4.5 * len(panels), 3.5), layout="constrained")
+    for ax, (k, label) in zip(np.atleast_1d(fig.subplots(1, len(panels))), panels, strict=True):
+        # Episode statistics exist only for rollouts in which episodes ended.
+        y = [
+            np.nan if k.startswith("episode/") and not r.get("episode/count", 1) else r[k]
+            for r in rows
+        ]
+        ax.plot(x, y, lw=1.0)
+        ax.set(xlabel="env steps", ylabel=label)
+        ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    atomic_write(Path(run_dir) / LEARNING_CURVE, buf.getvalue())
+
+
+def _final_eval(run_dir: Path, update: int, log: _Log, console: Console) -> dict[str, Any]:
+    """eval.json of the final checkpoint, evaluating it if missing or stale."""
+    doc = read_json(run_dir / EVAL)
+    if doc is not None and doc.get("update") == update:
+        log(f"eval.json: {format_summary(doc)}")
+        return {k: doc[k] for k in SUMMARY_KEYS if k in doc}
+    return evaluate_run(run_dir, cache_dir=None, console=console)
+
+
+# -- evaluation -------------------------------------------------------------------------------
+SUMMARY_KEYS = ("success_rate", "pos_rmse_m", "termination_rate", "episodes")
+
+
+def evaluate_run(
+    run_dir: Path,
+    *,
+    episodes: int | None = None,
+    cache_dir: Path | None | Literal["default"] = "default",
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Evaluates the run's latest checkpoint with the deterministic policy (EvalConfig protocol).
+
+    Writes RUN/eval_trajectories.png, and RUN/eval.json when `episodes` is the protocol's own.
+    `cache_dir` as in `train`. Returns {success_rate, pos_rmse_m, termination_rate, episodes}.
+    """
+    console = console or Console(stderr=True)
+    run_dir = Path(run_dir)
+    enable_compilation_cache(cache_dir)
+    run = load_run(run_dir)
+    cfg = run.config.eval
+    n = cfg.episodes if episodes is None else episodes
+    if n < 1:
+        raise RunError(f"episodes must be ≥ 1, got {n}")
+    log = _Log(run_dir, console)
+    steps, settle = eval_steps(cfg, run.env.dt)
+
+    def run_episodes(params, key):
+        policy = make_policy(run.network, params, deterministic=True)
+        return rollout(run.env, policy, key, n, steps)
+
+    cache_before, t0 = _cache_entries(), time.perf_counter()
+    traj = jax.jit(run_episodes)(run.params, jax.random.key(cfg.seed))
+    summary = summarize(traj, settle, cfg.tolerance)
+    seconds = time.perf_counter() - t0
+    sample = jax.device_get({k: v[:, :20] for k, v in traj.items()})
+    plot_trajectories(sample, run.env.dt, cfg.tolerance, settle, run_dir / EVAL_PLOT)
+    log(
+        f"eval of update {run.update}: {format_summary(summary)} ({cfg.seconds:g} s episodes, "
+        f"{seconds:.1f} s; {_cache_report(cache_before)})"
+    )
+    if n == cfg.episodes:
+        doc = {
+            **summary,
+            "update": run.update,
+            "protocol": to_dict(dataclasses.replace(cfg, episodes=n)),
+        }
+        atomic_write(run_dir / EVAL, json.dumps(doc, indent=2) + "\n")
+    return summary
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """One line: success rate, position RMSE, termination rate, episodes."""
+    return (
+        f"success {s['success_rate']:.1%} · position RMSE {s['pos_rmse_m']:.3f} m · "
+        f"termination {s['termination_rate']:.1%} over {s['episodes']} episodes"
+    )

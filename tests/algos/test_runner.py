@@ -1,0 +1,173 @@
+"""Training shell over a run folder: contents, resume, refusal of bad input (tiny CPU configs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+
+import jax
+import pytest
+from rich.console import Console
+
+from algos import TrainConfig, get_preset, runner
+from algos.ppo import make_train
+from algos.run_folder import (
+    RunError,
+    checkpoint_path,
+    config_hash,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_run,
+    make_env_and_network,
+    read_metrics,
+)
+
+UPDATES = 24
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    """24 updates of 64 envs × 32 steps; shared by every test so that compiles are reused."""
+    cfg = get_preset("quadrotor-hover", "cpu")
+    ppo = dataclasses.replace(cfg.ppo, total_timesteps=UPDATES * 64 * 32, num_envs=64)
+    cfg = dataclasses.replace(
+        cfg, ppo=ppo, checkpoint_every=4, eval=dataclasses.replace(cfg.eval, episodes=8)
+    )
+    return dataclasses.replace(cfg, **overrides)
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+def files(folder) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "run"
+    return run, runner.train(tiny_config(), run, console=quiet())
+
+
+def test_train_writes_the_run_folder(finished_run):
+    run, result = finished_run
+    assert result.update == result.total == UPDATES
+    names = {p.name for p in run.iterdir()}
+    assert {
+        "config.json",
+        "checkpoints",
+        "metrics.csv",
+        "tb",
+        "learning_curve.png",
+        "eval.json",
+        "eval_trajectories.png",
+        "run.log",
+    } <= names
+    assert [p.name for p in list_checkpoints(run)] == [
+        f"ckpt_{u:08d}.msgpack" for u in (16, 20, 24)
+    ]
+    rows = read_metrics(run)
+    assert [int(r["update"]) for r in rows] == list(range(1, UPDATES + 1))
+    assert rows[-1]["env_steps"] == UPDATES * 2048 and "episode/return" in rows[0]
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    doc = json.loads((run / "eval.json").read_text())
+    assert doc["update"] == UPDATES and doc["episodes"] == 8
+    assert {k: doc[k] for k in result.eval} == result.eval
+    assert set(result.eval) == {"success_rate", "pos_rmse_m", "termination_rate", "episodes"}
+    log = (run / "run.log").read_text()
+    assert "time to first update" in log and "compilation cache" in log
+    assert jax.config.jax_compilation_cache_dir
+
+
+def test_finished_run_is_not_retrained(finished_run):
+    run, result = finished_run
+    before = files(run)
+    again = runner.train(tiny_config(), run, console=quiet())
+    assert again == result
+    after = files(run)
+    assert "is complete" in after.pop(next(k for k in after if k.name == "run.log")).decode()
+    assert after == {k: v for k, v in before.items() if k.name != "run.log"}
+
+
+def test_eval_is_deterministic_and_custom_counts_keep_eval_json(finished_run):
+    run, result = finished_run
+    eval_json = (run / "eval.json").read_bytes()
+    assert runner.evaluate_run(run, console=quiet()) == result.eval
+    small = runner.evaluate_run(run, episodes=3, console=quiet())
+    assert small["episodes"] == 3
+    assert (run / "eval.json").read_bytes() == eval_json
+    with pytest.raises(RunError, match="episodes"):
+        runner.evaluate_run(run, episodes=0, console=quiet())
+
+
+def test_resume_continues_update_counter_without_duplicate_rows(tmp_path):
+    run, cfg = tmp_path / "run", tiny_config()
+    first = runner.train(cfg, run, stop_after=6, console=quiet())
+    assert first.update == 6 and first.eval is None
+    assert latest_checkpoint(run) == checkpoint_path(run, 6)
+    # A kill after update 6's metrics row, before its checkpoint; and a half-written row.
+    checkpoint_path(run, 6).unlink()
+    with open(run / "metrics.csv", "a") as f:
+        f.write("7,14336,1")
+    console = quiet()
+    result = runner.train(cfg, run, console=console)
+    assert "resume from ckpt_00000004.msgpack" in console.file.getvalue()
+    assert result.update == UPDATES and result.eval is not None
+    assert [int(r["update"]) for r in read_metrics(run)] == list(range(1, UPDATES + 1))
+    # The optimizer state was restored: Adam's step count covers all updates.
+    trainer = make_train(cfg.ppo, make_env_and_network(cfg)[0], cfg.env.episode_steps)
+    like = jax.eval_shape(trainer.init, jax.random.key(0))
+    ckpt = load_checkpoint(latest_checkpoint(run), like.params, like.opt_state, config_hash(cfg))
+    assert ckpt.update == UPDATES
+    adam = ckpt.opt_state[1][0]
+    assert int(adam.count) == UPDATES * cfg.ppo.update_epochs * cfg.ppo.num_minibatches
+
+
+def test_changed_config_is_refused_and_nothing_changes(finished_run):
+    run, _ = finished_run
+    before = files(run)
+    cfg = tiny_config(seed=3)
+    with pytest.raises(RunError, match=r"seed \(0 → 3\)") as err:
+        runner.train(cfg, run, console=quiet())
+    assert "\n" not in str(err.value) and "config.json" in str(err.value)
+    assert files(run) == before
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_checkpoint_is_refused_and_nothing_changes(finished_run, tmp_path, damage):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run[0], run)
+    path = latest_checkpoint(run)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3] if damage == "truncate" else b"\x93" * 100)
+    before = files(run)
+    for call in (
+        lambda: runner.train(tiny_config(), run, console=quiet()),
+        lambda: runner.evaluate_run(run, console=quiet()),
+        lambda: load_run(run),
+    ):
+        with pytest.raises(RunError, match=path.name) as err:
+            call()
+        assert "\n" not in str(err.value)
+    assert files(run) == before
+
+
+def test_bad_input_leaves_no_trace(tmp_path):
+    with pytest.raises(RunError, match="unknown task"):
+        runner.train(tiny_config(task="quadrotor-fly"), tmp_path / "a", console=quiet())
+    assert not (tmp_path / "a").exists()
+    for bad in (tiny_config(checkpoint_every=0), tiny_config(seed=1.5)):
+        with pytest.raises(RunError):
+            runner.train(bad, tmp_path / "a", console=quiet())
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(RunError, match="does not exist"):
+        runner.evaluate_run(tmp_path / "missing", console=quiet())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(RunError, match="not empty"):
+        runner.train(tiny_config(), other, console=quiet())
+    assert files(other) == {other.joinpath("notes.txt").relative_to(other): b"mine"}
