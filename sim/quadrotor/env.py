@@ -46,6 +46,8 @@ class RewardConfig:
     """Position error weight at progress 0."""
     position_final: float = 5.0
     """Position error weight at progress 1."""
+    position_l1: float = 0.0
+    """Weight of the position error norm ‖e_p‖ (no curriculum)."""
     orientation: float = 5.0
     """Orientation weight (1 − q_w²)."""
     velocity: float = 0.01
@@ -181,7 +183,7 @@ class QuadrotorEnv(Env):
     def reset_with_params(self, rng: jax.Array, params: QuadParams) -> State:
         """Initial state with the given dynamics parameters (used by domain randomization)."""
         cfg = self.config.init
-        keys = jax.random.split(rng, 8)
+        keys = jax.random.split(rng, 9)
         scale = (jax.random.uniform(keys[0]) >= cfg.at_target_prob).astype(jnp.float32)
 
         def u(key, half):
@@ -216,32 +218,26 @@ class QuadrotorEnv(Env):
         )
         z = jnp.zeros(())
         info = {"rng": keys[7], "progress": jnp.ones(())}
-        obs = self._observe(data, keys[7])
+        obs = self._observe(data, keys[8])
         metrics = {f"reward/{k}": z for k in self._reward_terms(data, data.actions[0], 1.0)}
         metrics["position_error"] = z
         return State(data=data, obs=obs, reward=z, done=z, metrics=metrics, info=info)
 
     def _random_attitude(self, key: jax.Array, scale: jax.Array) -> dyn.Quat:
-        """Uniform on SO(3) restricted to tilt ≤ max_tilt (scaled); identity when scale is 0.
+        """Haar-uniform attitude conditioned on tilt ≤ max_tilt; identity when `scale` is 0.
 
-        A Haar-uniform quaternion is folded into the upper hemisphere by a half-turn about body x
-        (which preserves the uniform measure), then accepted/rejected against the tilt bound by
-        re-drawing a fixed number of times (exact for the 90° default: no rejection needed).
+        Under the Haar measure the body z axis is uniform on the sphere and the rotation about it
+        is independent and uniform, so: cos(tilt) ~ U(cos max_tilt, 1) (uniform on the spherical
+        cap), tilt axis horizontal at a uniform azimuth, then a uniform yaw: q = q_tilt ⊗ q_yaw.
         """
-        max_tilt = math.radians(self.config.init.max_tilt_deg)
-        tries = 1 if self.config.init.max_tilt_deg >= 90.0 else 16
-        q = jax.random.normal(key, (tries, 4))
-        q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
-        w, x, y, z = q.T
-        r22 = 1 - 2 * (x * x + y * y)
-        # q ⊗ (0, 1, 0, 0): rotation by π about body x flips the body z axis.
-        flipped = jnp.stack([-x, w, z, -y], axis=-1)
-        q = jnp.where((r22 < 0)[:, None], flipped, q)
-        tilt = jnp.arccos(jnp.clip(1 - 2 * (q[:, 1] ** 2 + q[:, 2] ** 2), -1.0, 1.0))
-        ok = tilt <= max_tilt + 1e-6
-        q = q[jnp.argmax(ok)]
-        q = jnp.where(jnp.any(ok) & (scale > 0), q, jnp.array([1.0, 0.0, 0.0, 0.0]))
-        return tuple(q)
+        cos_max = math.cos(math.radians(min(self.config.init.max_tilt_deg, 180.0)))
+        u = jax.random.uniform(key, (3,))
+        tilt = jnp.arccos(cos_max + (1.0 - cos_max) * u[0]) * (scale > 0)
+        azimuth, yaw = 2 * jnp.pi * u[1], 2 * jnp.pi * u[2] * (scale > 0)
+        st, ct = jnp.sin(tilt / 2), jnp.cos(tilt / 2)
+        q_tilt = (ct, st * jnp.cos(azimuth), st * jnp.sin(azimuth), jnp.zeros_like(st))
+        q_yaw = (jnp.cos(yaw / 2), jnp.zeros_like(yaw), jnp.zeros_like(yaw), jnp.sin(yaw / 2))
+        return dyn.quat_mul(q_tilt, q_yaw)
 
     # -- step -------------------------------------------------------------------------------
     def step(self, state: State, action: jax.Array) -> State:
@@ -262,8 +258,8 @@ class QuadrotorEnv(Env):
                 | ~jnp.all(jnp.isfinite(leaves))).astype(jnp.float32)
         terms = self._reward_terms(data, action, state.info["progress"])
         reward = jnp.where(done > 0, -self.config.reward.termination, sum(terms.values()))
-        metrics = {f"reward/{k}": v for k, v in terms.items()}
-        metrics["position_error"] = jnp.linalg.norm(err)
+        metrics = {**state.metrics, **{f"reward/{k}": v for k, v in terms.items()},
+                   "position_error": jnp.linalg.norm(err)}
         info = {**state.info, "rng": rng}
         return state.replace(data=data, obs=obs, reward=reward, done=done, metrics=metrics,
                              info=info)
@@ -299,7 +295,8 @@ class QuadrotorEnv(Env):
         hover_a = 2.0 * data.params.hover_u - 1.0
         sq = lambda v: sum(x * x for x in v)  # noqa: E731
         return {
-            "position": -0.5 * _lerp(c.position, c.position_final, progress) * sq(ep),
+            "position": -0.5 * _lerp(c.position, c.position_final, progress) * sq(ep)
+            - c.position_l1 * jnp.sqrt(sq(ep) + 1e-6),
             "orientation": -0.5 * c.orientation * (1.0 - r.quat[0] ** 2),
             "velocity": -0.5 * _lerp(c.velocity, c.velocity_final, progress) * sq(ev),
             "angular_velocity": -0.5 * c.angular_velocity * sq(r.omega),

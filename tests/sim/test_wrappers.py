@@ -1,0 +1,183 @@
+"""Training wrappers (episode limit, auto-reset, vmap) and domain randomization."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from sim import AutoResetWrapper, EpisodeWrapper, VmapWrapper, wrap_for_training
+from sim.quadrotor import (
+    DomainRandomization,
+    InitConfig,
+    QuadrotorEnv,
+    RandomizationConfig,
+    get_params,
+)
+
+B = 4  # batch of the eager vmapped tests (shared with test_brax_interop: one warm-up)
+
+
+def leaves_equal(a, b) -> bool:
+    def raw(x):
+        return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+    la = jax.tree.leaves(jax.tree.map(raw, a))
+    lb = jax.tree.leaves(jax.tree.map(raw, b))
+    return all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+
+
+def pos(state) -> np.ndarray:
+    return np.asarray(jnp.stack(state.data.rigid.pos, -1))
+
+
+def _out_of_bounds(state):
+    rigid = state.data.rigid.replace(pos=tuple(jnp.full_like(p, 2.5) for p in state.data.rigid.pos))
+    return state.replace(data=state.data.replace(rigid=rigid))
+
+
+@pytest.fixture(scope="module")
+def moving_config(quiet_config):
+    """No noise or disturbance, but random initial states (so fresh episodes differ)."""
+    return dataclasses.replace(quiet_config, init=InitConfig(at_target_prob=0.0))
+
+
+def test_episode_wrapper_truncates(quiet_config):
+    env = EpisodeWrapper(QuadrotorEnv(quiet_config), episode_length=5)
+    s = env.reset(jax.random.key(0))
+    assert int(s.info["steps"]) == 0 and float(s.info["truncation"]) == 0
+    for t in range(1, 6):
+        s = env.step(s, env.default_action)
+        assert int(s.info["steps"]) == t
+        assert float(s.done) == float(s.info["truncation"]) == float(t == 5)
+
+
+def test_episode_wrapper_termination_is_not_truncation(quiet_config):
+    env = EpisodeWrapper(QuadrotorEnv(quiet_config), episode_length=1)
+    s = env.step(_out_of_bounds(env.reset(jax.random.key(0))), env.default_action)
+    assert float(s.done) == 1 and float(s.info["truncation"]) == 0
+
+
+def test_auto_reset_draws_a_fresh_state(moving_config):
+    inner = EpisodeWrapper(DomainRandomization(QuadrotorEnv(moving_config)), episode_length=3)
+    env = AutoResetWrapper(inner)
+    s0 = env.reset(jax.random.key(1))
+    s0 = s0.replace(info={**s0.info, "progress": jnp.float32(0.37)})
+    a = env.default_action
+    s, rewards = s0, []
+    for _ in range(2):
+        plain = inner.step(s, a)
+        s = env.step(s, a)
+        rewards.append(float(s.reward))
+        assert float(s.done) == 0 and leaves_equal(s.data, plain.data)
+        assert leaves_equal(s.obs, plain.obs)
+    plain = inner.step(s, a)  # what the finishing transition looks like without auto-reset
+    s = env.step(s, a)
+    rewards.append(float(s.reward))
+    # The finishing transition's reward, done and metrics are kept ...
+    assert float(s.done) == 1 and float(s.info["truncation"]) == 1
+    assert float(s.reward) == float(plain.reward)
+    assert leaves_equal(s.metrics, plain.metrics)
+    # ... the episode summary is recorded ...
+    assert float(s.info["episode_done"]) == 1 and float(s.info["last_length"]) == 3
+    assert float(s.info["last_return"]) == pytest.approx(sum(rewards), rel=1e-6)
+    assert float(s.info["episode_return"]) == 0 and float(s.info["episode_length"]) == 0
+    # ... and the state is a fresh episode, not the finished one nor a replay of the first.
+    assert int(s.info["steps"]) == 0 and int(s.data.step) == 0
+    assert np.abs(pos(s) - pos(plain)).min() > 1e-3
+    assert np.abs(pos(s) - pos(s0)).min() > 1e-3
+    assert float(s.data.params.mass) != float(s0.data.params.mass)  # re-randomized
+    np.testing.assert_allclose(s.obs["state"][:3], pos(s), atol=1e-6)  # obs belongs to it
+    assert float(s.info["progress"]) == pytest.approx(0.37)  # the curriculum survives
+    # The next step continues the new episode.
+    s = env.step(s, a)
+    assert float(s.done) == 0 and int(s.info["steps"]) == 1
+    assert float(s.info["episode_length"]) == 1 and float(s.info["last_length"]) == 3
+
+
+def test_auto_reset_after_termination(moving_config):
+    env = AutoResetWrapper(EpisodeWrapper(QuadrotorEnv(moving_config), episode_length=100))
+    s = env.step(_out_of_bounds(env.reset(jax.random.key(2))), env.default_action)
+    assert float(s.done) == 1 and float(s.info["truncation"]) == 0
+    assert np.abs(pos(s)).max() <= 0.5 and float(s.info["last_length"]) == 1
+
+
+def test_vmap_wrapper_equals_per_env_calls(moving_config):
+    inner = EpisodeWrapper(QuadrotorEnv(moving_config), episode_length=10)
+    env = VmapWrapper(inner)
+    keys = jax.random.split(jax.random.key(3), B)
+    actions = jax.random.uniform(jax.random.key(4), (B, 4), minval=-1.0, maxval=1.0)
+    batched = env.step(env.reset(keys), actions)
+    for i in range(B):
+        single = inner.step(inner.reset(keys[i]), actions[i])
+        row = jax.tree.map(lambda x, i=i: x[i], batched)
+        for a, b in zip(
+            jax.tree.leaves((single.data, single.obs, single.reward)),
+            jax.tree.leaves((row.data, row.obs, row.reward)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert batched.reward.shape == (B,) and batched.obs["state"].shape == (B, 146)
+    assert env.observation_size == inner.observation_size and env.action_size == 4
+
+
+def test_training_stack_resets_only_finished_envs(moving_config):
+    env = wrap_for_training(QuadrotorEnv(moving_config), episode_length=100)
+    s = env.reset(jax.random.split(jax.random.key(4), B))
+    rigid = s.data.rigid.replace(pos=tuple(p.at[1].set(2.5) for p in s.data.rigid.pos))
+    s = s.replace(data=s.data.replace(rigid=rigid))
+    before = pos(s)
+    s = env.step(s, jnp.zeros((B, 4)))
+    kept = np.arange(B) != 1
+    np.testing.assert_array_equal(np.asarray(s.done), 1.0 - kept)
+    np.testing.assert_array_equal(np.asarray(s.info["steps"]), kept.astype(np.int32))
+    assert np.abs(pos(s)[1]).max() <= 0.5  # fresh start
+    assert np.abs(pos(s)[kept] - before[kept]).max() < 0.05  # kept flying
+
+
+# -- domain randomization ----------------------------------------------------------------------
+def test_randomized_parameters(hover_resets):
+    p = hover_resets.data.params
+    nom = get_params("cf2_l2f")
+    ratio = {
+        "mass": np.asarray(p.mass / nom.mass),
+        **{f"inertia_{i}": np.asarray(p.inertia[i] / nom.inertia[i]) for i in range(3)},
+        "thrust": np.asarray(p.thrust[2] / nom.thrust[2]),
+        "torque": np.asarray(p.torque / nom.torque),
+        "tau": np.asarray(p.tau_rise / nom.tau_rise),
+    }
+    for name, r in ratio.items():
+        assert r.min() >= 0.9 - 1e-6 and r.max() <= 1.1 + 1e-6, name
+        assert r.min() < 0.901 and r.max() > 1.099, name  # the full ±10 % range is used
+        assert len(np.unique(r)) > 0.99 * len(r), name  # a new draw at every reset
+        assert stats.kstest(r, stats.uniform(0.9, 0.2).cdf).pvalue > 1e-3, name
+    np.testing.assert_allclose(np.asarray(p.tau_fall / nom.tau_fall), ratio["tau"], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(p.thrust[0]), 0.0)  # c0 = c1 = 0 stay 0 (cf2_l2f)
+    np.testing.assert_array_equal(np.asarray(p.rpm_max), float(nom.rpm_max))
+    np.testing.assert_array_equal(np.asarray(p.arm), float(nom.arm))
+    names = list(ratio)
+    corr = np.corrcoef(np.stack([ratio[n] for n in names]))
+    assert np.abs(corr - np.eye(len(names))).max() < 0.05  # drawn independently
+
+
+def test_randomization_off_gives_nominal_parameters(moving_config):
+    for params in ("cf2_l2f", "cf21_rltools"):
+        quad = QuadrotorEnv(dataclasses.replace(moving_config, params=params))
+        env = DomainRandomization(quad, RandomizationConfig(0.0, 0.0, 0.0, 0.0, 0.0))
+        for seed in range(3):
+            s = env.reset(jax.random.key(seed))
+            np.testing.assert_array_equal(
+                s.data.params.as_vector(), quad.nominal_params.as_vector()
+            )
+
+
+def test_randomization_is_deterministic_per_key(moving_config):
+    env = DomainRandomization(QuadrotorEnv(moving_config))
+    a, b = env.reset(jax.random.key(9)), env.reset(jax.random.key(9))
+    assert leaves_equal(a, b)
+    c = env.reset(jax.random.key(10))
+    assert not np.array_equal(a.data.params.as_vector(), c.data.params.as_vector())
