@@ -54,8 +54,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return _convert(inner, value, path)
     if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    if tp in (int, float, bool, str) and not isinstance(value, tp) or (
-        tp is int and isinstance(value, bool)
+    if (
+        tp in (int, float, bool, str)
+        and not isinstance(value, tp)
+        or (tp is int and isinstance(value, bool))
     ):
         raise ConfigError(f"{path}: expected {tp.__name__}, got {value!r}")
     return value

@@ -51,20 +51,35 @@ class TrainConfig:
         self.ppo.validate()
 
 
-_REWARD = RewardConfig(position=1.0, position_final=1.0, orientation=1.0, velocity=0.1,
-                       velocity_final=0.1, termination=50.0)
+_REWARD = RewardConfig(
+    position=1.0,
+    position_final=1.0,
+    orientation=1.0,
+    velocity=0.1,
+    velocity_final=0.1,
+    termination=50.0,
+)
 _ENV = QuadrotorConfig(action_history=8, reward=_REWARD)
 
 PRESETS: dict[str, TrainConfig] = {
     "cpu": TrainConfig(
         env=_ENV,
-        ppo=PPOConfig(total_timesteps=3_000_000, num_envs=512, unroll_length=32,
-                      network=NetworkConfig(critic_hidden=(64, 64))),
+        ppo=PPOConfig(
+            total_timesteps=3_000_000,
+            num_envs=512,
+            unroll_length=32,
+            network=NetworkConfig(critic_hidden=(64, 64)),
+        ),
     ),
     "gpu": TrainConfig(
         env=_ENV,
-        ppo=PPOConfig(total_timesteps=20_000_000, num_envs=8192, unroll_length=32,
-                      num_minibatches=4, network=NetworkConfig(critic_hidden=(256, 256))),
+        ppo=PPOConfig(
+            total_timesteps=20_000_000,
+            num_envs=8192,
+            unroll_length=32,
+            num_minibatches=4,
+            network=NetworkConfig(critic_hidden=(256, 256)),
+        ),
     ),
 }
 

@@ -1,4 +1,6 @@
-"""Flax networks (MLP actor-critic, asymmetric critic), normalizers and action heads: pure init/apply."""
+"""Flax networks (MLP actor-critic with an asymmetric critic), normalizers and action heads.
+
+Everything is pure init/apply."""
 
 from policies.actor_critic import (
     ActorCritic,
@@ -11,6 +13,14 @@ from policies.actor_critic import (
 from policies.normalizer import NormalizerState, init_normalizer, normalize, update_normalizer
 
 __all__ = [
-    "ActorCritic", "NetworkConfig", "NormalizerState", "gaussian_entropy", "gaussian_log_prob",
-    "init_normalizer", "make_actor_critic", "make_policy", "normalize", "update_normalizer",
+    "ActorCritic",
+    "NetworkConfig",
+    "NormalizerState",
+    "gaussian_entropy",
+    "gaussian_log_prob",
+    "init_normalizer",
+    "make_actor_critic",
+    "make_policy",
+    "normalize",
+    "update_normalizer",
 ]

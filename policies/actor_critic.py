@@ -72,10 +72,13 @@ class ActorCritic(NamedTuple):
 
 
 def make_actor_critic(
-    cfg: NetworkConfig, obs_size: int, critic_obs_size: int, act_size: int,
+    cfg: NetworkConfig,
+    obs_size: int,
+    critic_obs_size: int,
+    act_size: int,
     action_bias: float = 0.0,
 ) -> ActorCritic:
-    """`action_bias` initializes the mean head (e.g. the hover command) so training starts near it."""
+    """`action_bias` initializes the mean head (e.g. the hover command): training starts there."""
     act = ACTIVATIONS[cfg.activation]
     actor_net = MLP(cfg.actor_hidden, act_size, act, out_scale=0.01, out_bias=action_bias)
     critic_net = MLP(cfg.critic_hidden, 1, act, out_scale=1.0)
@@ -91,7 +94,9 @@ def make_actor_critic(
         }
 
     def actor(params: Params, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return actor_net.apply(params["actor"], normalize(params["obs_norm"], obs)), params["log_std"]
+        return actor_net.apply(params["actor"], normalize(params["obs_norm"], obs)), params[
+            "log_std"
+        ]
 
     def critic(params: Params, critic_obs: jax.Array) -> jax.Array:
         x = normalize(params["critic_norm"], critic_obs)
@@ -118,7 +123,9 @@ def make_policy(ac: ActorCritic, params: Params, deterministic: bool = False) ->
         if deterministic:
             return jnp.clip(mean, -1.0, 1.0), {}
         raw = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        return jnp.clip(raw, -1.0, 1.0), {"raw_action": raw,
-                                          "log_prob": gaussian_log_prob(mean, log_std, raw)}
+        return jnp.clip(raw, -1.0, 1.0), {
+            "raw_action": raw,
+            "log_prob": gaussian_log_prob(mean, log_std, raw),
+        }
 
     return policy

@@ -12,12 +12,13 @@ from sim.quadrotor import DomainRandomization, QuadrotorConfig, QuadrotorEnv, Ra
 from sim.wrappers import AutoResetWrapper, EpisodeWrapper, VmapWrapper, wrap_for_training
 
 TASKS = {"quadrotor-hover": "hover", "quadrotor-track": "track"}
+_DEFAULT_RANDOMIZATION = RandomizationConfig()
 
 
 def make_env(
     task: str,
     config: QuadrotorConfig | None = None,
-    randomization: RandomizationConfig | None = RandomizationConfig(),
+    randomization: RandomizationConfig | None = _DEFAULT_RANDOMIZATION,
 ) -> Env:
     """Unbatched env for `task`, with domain randomization unless `randomization` is None."""
     if task not in TASKS:
@@ -30,6 +31,13 @@ def make_env(
 
 
 __all__ = [
-    "TASKS", "AutoResetWrapper", "Env", "EpisodeWrapper", "State", "VmapWrapper", "Wrapper",
-    "make_env", "wrap_for_training",
+    "TASKS",
+    "AutoResetWrapper",
+    "Env",
+    "EpisodeWrapper",
+    "State",
+    "VmapWrapper",
+    "Wrapper",
+    "make_env",
+    "wrap_for_training",
 ]

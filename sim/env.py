@@ -1,7 +1,8 @@
 """The environment contract shared by every simulator (STYLE.md §2).
 
-Field names follow MuJoCo Playground (`State(data, obs, reward, done, metrics, info)`) so that brax's
-training wrappers and trainers run on our envs. Envs are written unbatched; batching, episode limits,
+Field names follow MuJoCo Playground (`State(data, obs, reward, done, metrics, info)`) so that
+brax's training wrappers and trainers run on our envs. Envs are written unbatched; batching, episode
+limits,
 auto-reset, domain randomization and curricula are wrappers (`sim.wrappers`).
 """
 
@@ -22,7 +23,8 @@ class State:
     """One environment's state.
 
     data: simulator state pytree (physics and per-episode parameters).
-    obs: {"state": [obs_size] actor observation, "privileged_state": [priv_size] critic observation}.
+    obs: {"state": [obs_size] actor observation,
+         "privileged_state": [priv_size] critic observation}.
     reward: [] scalar reward of the last transition.
     done: [] 1.0 where the episode terminated (failure), else 0.0.
     metrics: scalars for logging, including every `reward/<term>`.

@@ -47,8 +47,13 @@ class AutoResetWrapper(Wrapper):
     @staticmethod
     def _zero_episode(state: State) -> dict:
         z = jnp.zeros(())
-        return {"episode_return": z, "episode_length": z, "episode_done": z,
-                "last_return": z, "last_length": z}
+        return {
+            "episode_return": z,
+            "episode_length": z,
+            "episode_done": z,
+            "last_return": z,
+            "last_length": z,
+        }
 
     def step(self, state: State, action: jax.Array) -> State:
         nstate = self.env.step(state, action)
@@ -57,7 +62,8 @@ class AutoResetWrapper(Wrapper):
         rng, key_reset = jax.random.split(nstate.info["rng"])
         fresh = self.env.reset(key_reset)
         fresh = fresh.replace(
-            info={**nstate.info, **fresh.info, "progress": nstate.info["progress"]})
+            info={**nstate.info, **fresh.info, "progress": nstate.info["progress"]}
+        )
         done = nstate.done > 0
 
         def pick(a, b):

@@ -50,13 +50,20 @@ class PPOConfig:
         return max(1, self.total_timesteps // self.batch_size)
 
     def validate(self) -> None:
-        for name in ("total_timesteps", "num_envs", "unroll_length", "update_epochs",
-                     "num_minibatches"):
+        for name in (
+            "total_timesteps",
+            "num_envs",
+            "unroll_length",
+            "update_epochs",
+            "num_minibatches",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ppo.{name} must be ≥ 1, got {getattr(self, name)}")
         if self.batch_size % self.num_minibatches:
-            raise ValueError(f"num_envs·unroll_length = {self.batch_size} is not divisible by "
-                             f"num_minibatches = {self.num_minibatches}")
+            raise ValueError(
+                f"num_envs·unroll_length = {self.batch_size} is not divisible by "
+                f"num_minibatches = {self.num_minibatches}"
+            )
         if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
             raise ValueError("gamma must be in (0, 1], gae_lambda in [0, 1]")
         if self.learning_rate <= 0:

@@ -7,8 +7,12 @@ import jax.numpy as jnp
 
 
 def compute_gae(
-    rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax.Array,
-    gamma: float, gae_lambda: float,
+    rewards: jax.Array,
+    values: jax.Array,
+    dones: jax.Array,
+    last_value: jax.Array,
+    gamma: float,
+    gae_lambda: float,
 ) -> tuple[jax.Array, jax.Array]:
     """Generalized advantage estimation over a rollout.
 
@@ -25,14 +29,22 @@ def compute_gae(
         adv = delta + gamma * gae_lambda * (1.0 - d) * adv
         return adv, adv
 
-    _, adv = jax.lax.scan(step, jnp.zeros_like(last_value), (rewards, values, next_values, dones),
-                          reverse=True)
+    _, adv = jax.lax.scan(
+        step, jnp.zeros_like(last_value), (rewards, values, next_values, dones), reverse=True
+    )
     return adv, adv + values
 
 
 def ppo_loss(
-    log_prob: jax.Array, old_log_prob: jax.Array, advantages: jax.Array, values: jax.Array,
-    returns: jax.Array, entropy: jax.Array, clip_eps: float, vf_coef: float, ent_coef: float,
+    log_prob: jax.Array,
+    old_log_prob: jax.Array,
+    advantages: jax.Array,
+    values: jax.Array,
+    returns: jax.Array,
+    entropy: jax.Array,
+    clip_eps: float,
+    vf_coef: float,
+    ent_coef: float,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped surrogate + value regression − entropy bonus; all inputs [N] except `entropy` [].
 
@@ -45,7 +57,9 @@ def ppo_loss(
     vf = 0.5 * jnp.mean((values - returns) ** 2)
     loss = pg + vf_coef * vf - ent_coef * entropy
     metrics = {
-        "loss/policy": pg, "loss/value": vf, "loss/entropy": entropy,
+        "loss/policy": pg,
+        "loss/value": vf,
+        "loss/entropy": entropy,
         "approx_kl": jnp.mean((ratio - 1) - jnp.log(ratio)),
         "clip_fraction": jnp.mean(jnp.abs(ratio - 1) > clip_eps),
     }

@@ -62,8 +62,13 @@ class Transition(NamedTuple):
 def make_network(cfg: PPOConfig, env: Env) -> ActorCritic:
     sizes = env.observation_size
     critic_key = "privileged_state" if cfg.network.asymmetric else "state"
-    return make_actor_critic(cfg.network, sizes["state"][0], sizes[critic_key][0], env.action_size,
-                             action_bias=env.default_action)
+    return make_actor_critic(
+        cfg.network,
+        sizes["state"][0],
+        sizes[critic_key][0],
+        env.action_size,
+        action_bias=env.default_action,
+    )
 
 
 def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
@@ -74,8 +79,9 @@ def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
     critic_key = "privileged_state" if cfg.network.asymmetric else "state"
     n_updates = cfg.num_updates
     n_steps_per_lr = n_updates * cfg.update_epochs * cfg.num_minibatches
-    schedule = optax.linear_schedule(cfg.learning_rate, cfg.learning_rate * cfg.lr_final_fraction,
-                                     n_steps_per_lr)
+    schedule = optax.linear_schedule(
+        cfg.learning_rate, cfg.learning_rate * cfg.lr_final_fraction, n_steps_per_lr
+    )
     tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(schedule, eps=1e-5))
 
     def init(key: jax.Array) -> TrainState:
@@ -83,12 +89,16 @@ def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
         params = ac.init(key_params)
         env_state = benv.reset(jax.random.split(key_env, cfg.num_envs))
         params = _update_norms(params, env_state.obs["state"], env_state.obs[critic_key])
-        return TrainState(params, tx.init(_trainable(params)), env_state, key,
-                          jnp.zeros((), jnp.int32))
+        return TrainState(
+            params, tx.init(_trainable(params)), env_state, key, jnp.zeros((), jnp.int32)
+        )
 
     def _update_norms(params, obs, cobs):
-        return {**params, "obs_norm": update_normalizer(params["obs_norm"], obs),
-                "critic_norm": update_normalizer(params["critic_norm"], cobs)}
+        return {
+            **params,
+            "obs_norm": update_normalizer(params["obs_norm"], obs),
+            "critic_norm": update_normalizer(params["critic_norm"], cobs),
+        }
 
     def rollout(params, env_state, key):
         def step(carry, _):
@@ -101,12 +111,20 @@ def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
             nstate = benv.step(env_state, action)
             reward = nstate.reward * cfg.reward_scale
             reward = reward + cfg.gamma * value * nstate.info["truncation"]
-            tr = Transition(obs, cobs, action, gaussian_log_prob(mean, log_std, action), value,
-                            reward, nstate.done)
+            tr = Transition(
+                obs,
+                cobs,
+                action,
+                gaussian_log_prob(mean, log_std, action),
+                value,
+                reward,
+                nstate.done,
+            )
             return (nstate, key), (tr, nstate)
 
-        (env_state, _), (traj, states) = jax.lax.scan(step, (env_state, key), None,
-                                                      cfg.unroll_length)
+        (env_state, _), (traj, states) = jax.lax.scan(
+            step, (env_state, key), None, cfg.unroll_length
+        )
         return env_state, traj, states
 
     def loss_fn(trainable, norms, mb: Transition, adv, ret):
@@ -114,8 +132,17 @@ def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
         mean, log_std = ac.actor(params, mb.obs)
         value = ac.critic(params, mb.critic_obs)
         logp = gaussian_log_prob(mean, log_std, mb.action)
-        return ppo_loss(logp, mb.log_prob, adv, value, ret, gaussian_entropy(log_std),
-                        cfg.clip_eps, cfg.vf_coef, cfg.ent_coef)
+        return ppo_loss(
+            logp,
+            mb.log_prob,
+            adv,
+            value,
+            ret,
+            gaussian_entropy(log_std),
+            cfg.clip_eps,
+            cfg.vf_coef,
+            cfg.ent_coef,
+        )
 
     def sgd(params, opt_state, key, traj: Transition, adv, ret):
         data = (traj, adv, ret)
@@ -125,7 +152,8 @@ def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
             params, opt_state = carry
             perm = jax.random.permutation(key_perm, cfg.batch_size)
             mbs = jax.tree.map(
-                lambda x: x[perm].reshape((cfg.num_minibatches, -1, *x.shape[1:])), data)
+                lambda x: x[perm].reshape((cfg.num_minibatches, -1, *x.shape[1:])), data
+            )
 
             def minibatch(carry, mb):
                 params, opt_state = carry
@@ -138,18 +166,21 @@ def make_train(cfg: PPOConfig, env: Env, episode_length: int) -> Trainer:
             return jax.lax.scan(minibatch, (params, opt_state), mbs)
 
         (params, opt_state), metrics = jax.lax.scan(
-            epoch, (params, opt_state), jax.random.split(key, cfg.update_epochs))
+            epoch, (params, opt_state), jax.random.split(key, cfg.update_epochs)
+        )
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
     def update(ts: TrainState) -> tuple[TrainState, dict]:
         key, key_roll, key_sgd = jax.random.split(ts.key, 3)
         progress = ts.update.astype(jnp.float32) / n_updates
         env_state = ts.env_state.replace(
-            info={**ts.env_state.info, "progress": jnp.full((cfg.num_envs,), progress)})
+            info={**ts.env_state.info, "progress": jnp.full((cfg.num_envs,), progress)}
+        )
         env_state, traj, states = rollout(ts.params, env_state, key_roll)
         last_value = ac.critic(ts.params, env_state.obs[critic_key])
-        adv, ret = compute_gae(traj.reward, traj.value, traj.done, last_value, cfg.gamma,
-                               cfg.gae_lambda)
+        adv, ret = compute_gae(
+            traj.reward, traj.value, traj.done, last_value, cfg.gamma, cfg.gae_lambda
+        )
         params, opt_state, metrics = sgd(ts.params, ts.opt_state, key_sgd, traj, adv, ret)
         params = _update_norms(params, traj.obs, traj.critic_obs)
         metrics.update(_rollout_metrics(states))

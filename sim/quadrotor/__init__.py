@@ -16,8 +16,24 @@ from sim.quadrotor.params import PARAM_NAMES, PARAM_SETS, QuadParams, get_params
 from sim.quadrotor.randomization import DomainRandomization, RandomizationConfig, randomize_params
 
 __all__ = [
-    "OBS_FIELDS", "PARAM_NAMES", "PARAM_SETS", "Disturbance", "DisturbanceConfig",
-    "DomainRandomization", "InitConfig", "NoiseConfig", "QuadData", "QuadParams",
-    "QuadrotorConfig", "QuadrotorEnv", "RandomizationConfig", "RewardConfig", "RigidState",
-    "TrackConfig", "get_params", "integrate", "randomize_params", "rk4_step",
+    "OBS_FIELDS",
+    "PARAM_NAMES",
+    "PARAM_SETS",
+    "Disturbance",
+    "DisturbanceConfig",
+    "DomainRandomization",
+    "InitConfig",
+    "NoiseConfig",
+    "QuadData",
+    "QuadParams",
+    "QuadrotorConfig",
+    "QuadrotorEnv",
+    "RandomizationConfig",
+    "RewardConfig",
+    "RigidState",
+    "TrackConfig",
+    "get_params",
+    "integrate",
+    "randomize_params",
+    "rk4_step",
 ]

@@ -31,7 +31,8 @@ ROTOR_YAW = (-1.0, 1.0, -1.0, 1.0)
 
 @struct.dataclass
 class RigidState:
-    """pos: world m. quat: (w, x, y, z) body→world. vel: world m/s. omega: body rad/s. rpm: 4 × rpm."""
+    """pos: world m. quat: (w, x, y, z) body→world. vel: world m/s. omega: body rad/s.
+    rpm: 4 rotor speeds, rpm."""
 
     pos: Vec3
     quat: Quat
@@ -67,9 +68,15 @@ def rotation_matrix(q: Quat) -> tuple[jax.Array, ...]:
     """Row-major 3×3 rotation matrix R(q) (body→world) as 9 scalars."""
     w, x, y, z = q
     return (
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+        1 - 2 * (y * y + z * z),
+        2 * (x * y - w * z),
+        2 * (x * z + w * y),
+        2 * (x * y + w * z),
+        1 - 2 * (x * x + z * z),
+        2 * (y * z - w * x),
+        2 * (x * z - w * y),
+        2 * (y * z + w * x),
+        1 - 2 * (x * x + y * y),
     )
 
 
@@ -80,9 +87,7 @@ def rotor_thrusts(params: QuadParams, rpm: Vec4) -> Vec4:
     return tuple(c0 + (c1 + c2 * ui) * ui for ui in u)
 
 
-def derivative(
-    params: QuadParams, dist: Disturbance, s: RigidState, rpm_cmd: Vec4
-) -> RigidState:
+def derivative(params: QuadParams, dist: Disturbance, s: RigidState, rpm_cmd: Vec4) -> RigidState:
     """Time derivative of the state for a constant motor command `rpm_cmd` (4 × rpm)."""
     t = rotor_thrusts(params, s.rpm)
     total = t[0] + t[1] + t[2] + t[3]

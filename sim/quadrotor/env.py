@@ -40,7 +40,8 @@ class InitConfig:
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
     """r = alive − ½(w_p‖e_p‖² + w_q(1 − q_w²) + w_v‖e_v‖² + w_ω‖ω‖² + w_a‖a − a_hover‖²);
-    −termination on the terminating step. Weights move linearly from `*` to `*_final` as progress goes 0 → 1."""
+    −termination on the terminating step. Weights move linearly from `*` to `*_final` as
+    progress goes 0 → 1."""
 
     position: float = 5.0
     """Position error weight at progress 0."""
@@ -144,8 +145,12 @@ class QuadData:
     phase: jax.Array
 
 
-OBS_FIELDS = (("position_error", 3), ("rotation_matrix", 9), ("velocity_error", 3),
-              ("angular_velocity", 3))
+OBS_FIELDS = (
+    ("position_error", 3),
+    ("rotation_matrix", 9),
+    ("velocity_error", 3),
+    ("angular_velocity", 3),
+)
 
 
 def _lerp(a: float, b: float, t: jax.Array) -> jax.Array:
@@ -212,9 +217,12 @@ class QuadrotorEnv(Env):
         )
         hover_a = 2.0 * params.hover_u - 1.0
         data = QuadData(
-            rigid=rigid, params=params, dist=dist,
+            rigid=rigid,
+            params=params,
+            dist=dist,
             actions=jnp.full((self._buffer, 4), hover_a, jnp.float32),
-            step=jnp.zeros((), jnp.int32), phase=phase,
+            step=jnp.zeros((), jnp.int32),
+            phase=phase,
         )
         z = jnp.zeros(())
         info = {"rng": keys[7], "progress": jnp.ones(())}
@@ -245,8 +253,14 @@ class QuadrotorEnv(Env):
         action = jnp.clip(action, -1.0, 1.0)
         actions = jnp.concatenate([action[None], data.actions[:-1]], axis=0)
         applied = actions[self.config.action_delay]
-        rigid = dyn.integrate(data.params, data.dist, data.rigid, tuple(applied),
-                              self.config.ctrl_dt, self.config.substeps)
+        rigid = dyn.integrate(
+            data.params,
+            data.dist,
+            data.rigid,
+            tuple(applied),
+            self.config.ctrl_dt,
+            self.config.substeps,
+        )
         data = data.replace(rigid=rigid, actions=actions, step=data.step + 1)
         rng, key_noise = jax.random.split(state.info["rng"])
         obs = self._observe(data, key_noise)
@@ -254,38 +268,52 @@ class QuadrotorEnv(Env):
         tp, _ = self.target(self._time(data))
         err = jnp.stack([p - t for p, t in zip(rigid.pos, tp, strict=True)])
         leaves = jnp.stack(jax.tree.leaves(rigid))
-        done = (jnp.any(jnp.abs(err) > self.config.termination_distance)
-                | ~jnp.all(jnp.isfinite(leaves))).astype(jnp.float32)
+        done = (
+            jnp.any(jnp.abs(err) > self.config.termination_distance)
+            | ~jnp.all(jnp.isfinite(leaves))
+        ).astype(jnp.float32)
         terms = self._reward_terms(data, action, state.info["progress"])
         reward = jnp.where(done > 0, -self.config.reward.termination, sum(terms.values()))
-        metrics = {**state.metrics, **{f"reward/{k}": v for k, v in terms.items()},
-                   "position_error": jnp.linalg.norm(err)}
+        metrics = {
+            **state.metrics,
+            **{f"reward/{k}": v for k, v in terms.items()},
+            "position_error": jnp.linalg.norm(err),
+        }
         info = {**state.info, "rng": rng}
-        return state.replace(data=data, obs=obs, reward=reward, done=done, metrics=metrics,
-                             info=info)
+        return state.replace(
+            data=data, obs=obs, reward=reward, done=done, metrics=metrics, info=info
+        )
 
     # -- observation and reward -------------------------------------------------------------
     def _errors(self, data: QuadData) -> tuple[dyn.Vec3, dyn.Vec3]:
         tp, tv = self.target(self._time(data))
         r = data.rigid
-        return (tuple(p - t for p, t in zip(r.pos, tp, strict=True)),
-                tuple(v - t for v, t in zip(r.vel, tv, strict=True)))
+        return (
+            tuple(p - t for p, t in zip(r.pos, tp, strict=True)),
+            tuple(v - t for v, t in zip(r.vel, tv, strict=True)),
+        )
 
     def _observe(self, data: QuadData, key: jax.Array) -> dict[str, jax.Array]:
         ep, ev = self._errors(data)
         r = data.rigid
         clean = jnp.stack([*ep, *dyn.rotation_matrix(r.quat), *ev, *r.omega])
         n = self.config.noise
-        sigma = jnp.array([n.position] * 3 + [n.orientation] * 9 + [n.velocity] * 3
-                          + [n.angular_velocity] * 3, jnp.float32)
+        sigma = jnp.array(
+            [n.position] * 3 + [n.orientation] * 9 + [n.velocity] * 3 + [n.angular_velocity] * 3,
+            jnp.float32,
+        )
         noisy = clean + sigma * jax.random.normal(key, clean.shape)
         hist = data.actions[: self.config.action_history].reshape(-1)
         p = data.params
-        priv = jnp.concatenate([
-            clean, hist, jnp.stack([*r.rpm]) / p.rpm_max,
-            jnp.stack([*data.dist.force, *data.dist.torque]) / (p.mass * GRAVITY),
-            p.as_vector(),
-        ])
+        priv = jnp.concatenate(
+            [
+                clean,
+                hist,
+                jnp.stack([*r.rpm]) / p.rpm_max,
+                jnp.stack([*data.dist.force, *data.dist.torque]) / (p.mass * GRAVITY),
+                p.as_vector(),
+            ]
+        )
         return {"state": jnp.concatenate([noisy, hist]), "privileged_state": priv}
 
     def _reward_terms(self, data: QuadData, action: jax.Array, progress) -> dict[str, jax.Array]:
@@ -300,8 +328,9 @@ class QuadrotorEnv(Env):
             "orientation": -0.5 * c.orientation * (1.0 - r.quat[0] ** 2),
             "velocity": -0.5 * _lerp(c.velocity, c.velocity_final, progress) * sq(ev),
             "angular_velocity": -0.5 * c.angular_velocity * sq(r.omega),
-            "action": -0.5 * _lerp(c.action, c.action_final, progress) * jnp.sum(
-                (action - hover_a) ** 2),
+            "action": -0.5
+            * _lerp(c.action, c.action_final, progress)
+            * jnp.sum((action - hover_a) ** 2),
             "alive": jnp.asarray(c.alive, jnp.float32),
         }
 

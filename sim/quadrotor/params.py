@@ -1,7 +1,8 @@
 """Crazyflie 2.x physical parameters (../shared/reference/crazyflie.md).
 
 Two parameter sets are provided: `cf2_l2f` (the "Learning to Fly in Seconds" paper, Crazyflie 2.0)
-and `cf21_rltools` (later RLtools release: Crazyflie 2.1 with Flow and SD decks). Both are expressed in
+and `cf21_rltools` (later RLtools release: Crazyflie 2.1 with Flow and SD decks). Both are
+expressed in
 one thrust model, T_i = c0 + c1·u_i + c2·u_i² [N], with u_i = rpm_i / rpm_max ∈ [0, 1].
 """
 
@@ -34,10 +35,18 @@ class QuadParams:
     arm: jax.Array
 
     def as_vector(self) -> jax.Array:
-        """[12] flat vector (mass, inertia×3, thrust×3, torque, tau_rise, tau_fall, rpm_max, arm)."""
+        """[12] vector: mass, inertia×3, thrust×3, torque, tau_rise, tau_fall, rpm_max, arm."""
         return jnp.stack(
-            [self.mass, *self.inertia, *self.thrust, self.torque, self.tau_rise, self.tau_fall,
-             self.rpm_max, self.arm]
+            [
+                self.mass,
+                *self.inertia,
+                *self.thrust,
+                self.torque,
+                self.tau_rise,
+                self.tau_fall,
+                self.rpm_max,
+                self.arm,
+            ]
         )
 
     @property
@@ -49,29 +58,57 @@ class QuadParams:
 
 
 PARAM_NAMES = (
-    "mass", "inertia_x", "inertia_y", "inertia_z", "thrust_c0", "thrust_c1", "thrust_c2",
-    "torque", "tau_rise", "tau_fall", "rpm_max", "arm",
+    "mass",
+    "inertia_x",
+    "inertia_y",
+    "inertia_z",
+    "thrust_c0",
+    "thrust_c1",
+    "thrust_c2",
+    "torque",
+    "tau_rise",
+    "tau_fall",
+    "rpm_max",
+    "arm",
 )
 
 
 def _make(mass, inertia, thrust, torque, tau_rise, tau_fall, rpm_max=21702.0, arm=0.028):
     f = jnp.float32
     return QuadParams(
-        mass=f(mass), inertia=tuple(f(x) for x in inertia), thrust=tuple(f(x) for x in thrust),
-        torque=f(torque), tau_rise=f(tau_rise), tau_fall=f(tau_fall), rpm_max=f(rpm_max), arm=f(arm),
+        mass=f(mass),
+        inertia=tuple(f(x) for x in inertia),
+        thrust=tuple(f(x) for x in thrust),
+        torque=f(torque),
+        tau_rise=f(tau_rise),
+        tau_fall=f(tau_fall),
+        rpm_max=f(rpm_max),
+        arm=f(arm),
     )
 
 
 def cf2_l2f() -> QuadParams:
     """The L2F paper model: T = 3.16e-10·rpm², symmetric motor lag τ = 0.15 s."""
-    return _make(0.027, (3.85e-6, 3.85e-6, 5.9675e-6), (0.0, 0.0, 3.16e-10 * 21702.0**2),
-                 0.005964552, 0.15, 0.15)
+    return _make(
+        0.027,
+        (3.85e-6, 3.85e-6, 5.9675e-6),
+        (0.0, 0.0, 3.16e-10 * 21702.0**2),
+        0.005964552,
+        0.15,
+        0.15,
+    )
 
 
 def cf21_rltools() -> QuadParams:
     """Later RLtools model: Crazyflie 2.1 + Flow + SD deck, asymmetric motor lag."""
-    return _make(0.0306, (9.4166e-6, 9.6441e-6, 1.74595e-5), (0.00352526, 0.01437313, 0.09223048),
-                 4.665e-3, 0.0555, 0.2494)
+    return _make(
+        0.0306,
+        (9.4166e-6, 9.6441e-6, 1.74595e-5),
+        (0.00352526, 0.01437313, 0.09223048),
+        4.665e-3,
+        0.0555,
+        0.2494,
+    )
 
 
 PARAM_SETS = {"cf2_l2f": cf2_l2f, "cf21_rltools": cf21_rltools}
@@ -79,5 +116,7 @@ PARAM_SETS = {"cf2_l2f": cf2_l2f, "cf21_rltools": cf21_rltools}
 
 def get_params(name: str) -> QuadParams:
     if name not in PARAM_SETS:
-        raise ValueError(f"unknown quadrotor parameter set {name!r}; choose from {sorted(PARAM_SETS)}")
+        raise ValueError(
+            f"unknown quadrotor parameter set {name!r}; choose from {sorted(PARAM_SETS)}"
+        )
     return PARAM_SETS[name]()
