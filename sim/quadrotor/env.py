@@ -39,23 +39,29 @@ class InitConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    """r = alive − ½(w_p‖e_p‖² + w_q(1 − q_w²) + w_v‖e_v‖² + w_ω‖ω‖² + w_a‖a − a_hover‖²);
-    −termination on the terminating step. Weights move linearly from `*` to `*_final` as
-    progress goes 0 → 1."""
+    """r = alive − ½(w_p‖e_p‖² + w_q(1 − q_w²) + w_v‖e_v‖² + w_ω‖ω‖² + w_a‖a − a_hover‖²)
+    − w_l1‖e_p‖; −termination on the terminating step. Weights with a `*_final` twin move linearly
+    from `*` to `*_final` as progress goes 0 → 1 (the curriculum hook).
 
-    position: float = 5.0
-    """Position error weight at progress 0."""
-    position_final: float = 5.0
-    """Position error weight at progress 1."""
-    position_l1: float = 0.0
-    """Weight of the position error norm ‖e_p‖ (no curriculum)."""
-    orientation: float = 5.0
+    The L2F paper uses w_p 5 → 40, w_q 5, w_v 0.01 → 1, w_a 0.01 → 1, no termination penalty; with
+    PPO those weights make early episodes score below 0 (termination preferred) and yaw (weakly
+    actuated) dominate, so the defaults here are PPO's tuned weights (README, "Training").
+    """
+
+    position: float = 2.0
+    """Squared position error weight at progress 0."""
+    position_final: float = 2.0
+    """Squared position error weight at progress 1."""
+    position_l1: float = 1.0
+    """Weight of the position error norm ‖e_p‖ (no curriculum): a constant pull that removes the
+    steady-state offset a squared cost tolerates."""
+    orientation: float = 0.2
     """Orientation weight (1 − q_w²)."""
-    velocity: float = 0.01
+    velocity: float = 0.5
     """Velocity error weight at progress 0."""
-    velocity_final: float = 0.01
+    velocity_final: float = 0.5
     """Velocity error weight at progress 1."""
-    angular_velocity: float = 0.0
+    angular_velocity: float = 0.05
     """Angular velocity weight."""
     action: float = 0.01
     """Action weight (distance from the hover command) at progress 0."""
@@ -63,7 +69,7 @@ class RewardConfig:
     """Action weight at progress 1."""
     alive: float = 2.0
     """Constant reward per step alive."""
-    termination: float = 0.0
+    termination: float = 50.0
     """Penalty: the reward of the terminating step is −termination."""
 
 
@@ -113,8 +119,8 @@ class QuadrotorConfig:
     """Control period, s (100 Hz)."""
     substeps: int = 1
     """RK4 steps per control period."""
-    action_history: int = 32
-    """Number of past actions in the actor observation."""
+    action_history: int = 8
+    """Number of past actions in the actor observation (L2F uses 32)."""
     action_delay: int = 0
     """Control periods between a command and its effect on the motors."""
     episode_steps: int = 500
@@ -323,8 +329,8 @@ class QuadrotorEnv(Env):
         hover_a = 2.0 * data.params.hover_u - 1.0
         sq = lambda v: sum(x * x for x in v)  # noqa: E731
         return {
-            "position": -0.5 * _lerp(c.position, c.position_final, progress) * sq(ep)
-            - c.position_l1 * jnp.sqrt(sq(ep) + 1e-6),
+            "position": -0.5 * _lerp(c.position, c.position_final, progress) * sq(ep),
+            "position_l1": -c.position_l1 * jnp.sqrt(sq(ep) + 1e-12),
             "orientation": -0.5 * c.orientation * (1.0 - r.quat[0] ** 2),
             "velocity": -0.5 * _lerp(c.velocity, c.velocity_final, progress) * sq(ev),
             "angular_velocity": -0.5 * c.angular_velocity * sq(r.omega),

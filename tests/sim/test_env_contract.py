@@ -238,6 +238,8 @@ def test_reward_terms_and_curriculum(quiet_config):
         velocity_final=1.0,
         action=0.01,
         action_final=1.0,
+        position_l1=0.3,
+        orientation=5.0,
         angular_velocity=0.1,
         termination=7.0,
     )
@@ -256,6 +258,7 @@ def test_reward_terms_and_curriculum(quiet_config):
 
     want = {
         "position": -0.5 * lerp(5.0, 40.0) * x[0:3] @ x[0:3],
+        "position_l1": -0.3 * np.sqrt(x[0:3] @ x[0:3]),
         "orientation": -0.5 * 5.0 * (1 - x[3] ** 2),
         "velocity": -0.5 * lerp(0.01, 1.0) * x[7:10] @ x[7:10],
         "angular_velocity": -0.5 * 0.1 * x[10:13] @ x[10:13],

@@ -121,7 +121,10 @@ def test_vmap_wrapper_equals_per_env_calls(moving_config):
             strict=True,
         ):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
-    assert batched.reward.shape == (B,) and batched.obs["state"].shape == (B, 146)
+    assert batched.reward.shape == (B,) and batched.obs["state"].shape == (
+        B,
+        *inner.observation_size["state"],
+    )
     assert env.observation_size == inner.observation_size and env.action_size == 4
 
 

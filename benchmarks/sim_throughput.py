@@ -1,0 +1,419 @@
+"""Simulator throughput of our JAX Crazyflie against the l2f peer (steps/s, one JSON object).
+
+Ours, for each batch size (parallel envs), timed as `steps` env steps inside one jitted `lax.scan`
+(median of `--repeats` calls after compile and warm-up, `block_until_ready`):
+  dynamics        `sim.quadrotor.dynamics.integrate` only: RK4 at dt = 0.01 s (100 Hz, 1 substep),
+                  per-env parameters (the chosen set, default the L2F paper model) and disturbance,
+                  a fixed hover + N(0, 0.05) action per env; every call restarts from hover.
+  env             the full RL step: `make_env("quadrotor-hover")` (domain randomization) under
+                  `wrap_for_training` (vmap, auto-reset, 500-step episodes): dynamics, action
+                  history (32), noisy actor and privileged critic observations, reward terms,
+                  termination, a fresh random reset computed for every env every step; fixed
+                  hover + noise actions.
+  policy_rollout  `env` with a 64-64 tanh MLP actor (`policies.make_actor_critic`,
+                  deterministic `make_policy`) choosing the actions from the observations.
+The peer (`benchmarks/l2f_peer.py`, CPU only, optional) runs in one subprocess per OpenMP thread
+count.
+
+    python benchmarks/sim_throughput.py --out results.json
+    python benchmarks/sim_throughput.py --batch-sizes 65536 1048576 --no-peer
+
+Everything is float32 (JAX's default; l2f is compiled with float).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import gc
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import tyro
+
+from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
+from sim import make_env, wrap_for_training
+from sim.quadrotor import Disturbance, QuadrotorConfig, RigidState, get_params, integrate
+from sim.quadrotor.params import GRAVITY
+
+Benchmark = Literal["dynamics", "env", "policy_rollout"]
+PEER_SCRIPT = Path(__file__).with_name("l2f_peer.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Throughput benchmark of our simulator and the l2f peer."""
+
+    batch_sizes: tuple[int, ...] = ()
+    """Parallel envs; empty: 1024 4096 16384 65536 on CPU, 2^16 .. 2^24 (every 4x) otherwise."""
+    dynamics_steps: int = 0
+    """Steps per jitted call of the dynamics benchmark; 0: 200 on CPU, 1000 otherwise."""
+    env_steps: int = 0
+    """Steps per jitted call of the env and policy_rollout benchmarks; 0: 100."""
+    repeats: int = 5
+    """Timed calls per measurement; the median is the headline figure."""
+    warmup: int = 1
+    """Untimed calls after the compiling call."""
+    benchmarks: tuple[Benchmark, ...] = ("dynamics", "env", "policy_rollout")
+    """Which of our benchmarks to run."""
+    params: Literal["cf2_l2f", "cf21_rltools"] = "cf2_l2f"
+    """Dynamics parameter set, on both sides."""
+    action_noise: float = 0.05
+    """σ of the fixed per-env action offset around hover (normalized units)."""
+    peer: bool = True
+    """Also measure l2f (skipped with a note when `import l2f` fails)."""
+    peer_threads: tuple[int, ...] = ()
+    """OpenMP thread counts for l2f; empty: 1, 2 and all cores."""
+    peer_batch_sizes: tuple[int, ...] = (1024, 4096, 8192)
+    """l2f vector sizes (powers of two up to 8192)."""
+    peer_steps: int = 200
+    """Steps per timed l2f loop."""
+    seed: int = 0
+    """PRNG seed."""
+    out: str | None = None
+    """Also write the JSON to this file."""
+
+
+def _on_cpu() -> bool:
+    return jax.default_backend() == "cpu"
+
+
+def _resolve(args: Args) -> Args:
+    cpu = _on_cpu()
+    batch = args.batch_sizes or (
+        (1024, 4096, 16384, 65536) if cpu else tuple(2**k for k in range(16, 25, 2))
+    )
+    threads = args.peer_threads or tuple(sorted({1, 2, os.cpu_count() or 1}))
+    return dataclasses.replace(
+        args,
+        batch_sizes=batch,
+        peer_threads=threads,
+        dynamics_steps=args.dynamics_steps or (200 if cpu else 1000),
+        env_steps=args.env_steps or 100,
+    )
+
+
+# -- timing ---------------------------------------------------------------------------------------
+def _measure(
+    call: Callable[[], object], env_steps_per_call: int, repeats: int, warmup: int
+) -> dict:
+    """Times `call()` (which returns arrays) and converts to env steps per second."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(call())
+    compile_s = time.perf_counter() - t0
+    for _ in range(warmup):
+        jax.block_until_ready(call())
+    secs, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        jax.block_until_ready(call())
+        secs.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    rates = [env_steps_per_call / s for s in secs]
+    return {
+        "steps_per_s": statistics.median(rates),
+        "steps_per_s_max": max(rates),
+        "steps_per_s_min": min(rates),
+        "seconds_per_call": statistics.median(secs),
+        "cpu_ns_per_step": statistics.median(cpu) / env_steps_per_call * 1e9,
+        "env_steps_per_call": env_steps_per_call,
+        "first_call_s": compile_s,
+    }
+
+
+def _hover_actions(key: jax.Array, hover_a: jax.Array, batch: int, sigma: float) -> jax.Array:
+    """[B, 4] fixed actions: hover plus a per-env Gaussian offset, clipped to [-1, 1]."""
+    return jnp.clip(hover_a + sigma * jax.random.normal(key, (batch, 4)), -1.0, 1.0)
+
+
+# -- our benchmarks -------------------------------------------------------------------------------
+def bench_dynamics(args: Args, batch: int, key: jax.Array) -> dict:
+    """RK4 dynamics only, SoA state [B] per component, per-env parameters and disturbance."""
+    p = get_params(args.params)
+    k_act, k_force, k_torque = jax.random.split(key, 3)
+    params = jax.tree.map(lambda x: jnp.full((batch,), x), p)
+    mg = p.mass * GRAVITY
+    dist = Disturbance(
+        force=tuple(mg / 20.0 * jax.random.normal(k_force, (3, batch))),
+        torque=tuple(mg / 1e4 * jax.random.normal(k_torque, (3, batch))),
+    )
+    action = tuple(_hover_actions(k_act, 2.0 * p.hover_u - 1.0, batch, args.action_noise).T)
+    z = jnp.zeros(batch)
+    state = RigidState(
+        pos=(z, z, z),
+        quat=(z + 1.0, z, z, z),
+        vel=(z, z, z),
+        omega=(z, z, z),
+        rpm=(z + p.hover_u * p.rpm_max,) * 4,
+    )
+    step = jax.vmap(lambda p, d, s, a: integrate(p, d, s, a, 0.01, 1))
+    steps = args.dynamics_steps
+
+    @jax.jit
+    def rollout(params, dist, state, action):
+        def body(s, _):
+            return step(params, dist, s, action), None
+
+        return jax.lax.scan(body, state, None, length=steps)[0]
+
+    r = _measure(
+        lambda: rollout(params, dist, state, action), batch * steps, args.repeats, args.warmup
+    )
+    final = rollout(params, dist, state, action)
+    r["finite_fraction"] = float(jnp.mean(jnp.isfinite(final.pos[0] + final.omega[0])))
+    return r
+
+
+def _make_training_env(args: Args):
+    env = make_env("quadrotor-hover", QuadrotorConfig(params=args.params))
+    return wrap_for_training(env, episode_length=env.unwrapped.config.episode_steps)
+
+
+def bench_env(args: Args, batch: int, key: jax.Array, with_policy: bool) -> dict:
+    """Full RL step, optionally with the MLP actor in the loop; the state carries across calls."""
+    env = _make_training_env(args)
+    k_reset, k_act, k_net = jax.random.split(key, 3)
+    state = jax.jit(env.reset)(jax.random.split(k_reset, batch))
+    action = _hover_actions(k_act, env.default_action, batch, args.action_noise)
+    obs_size = env.observation_size["state"][0]
+    ac = make_actor_critic(
+        NetworkConfig(),
+        obs_size,
+        env.observation_size["privileged_state"][0],
+        env.action_size,
+        action_bias=float(env.default_action[0]),
+    )
+    net = ac.init(k_net)
+    steps = args.env_steps
+
+    def rollout(state, net, action):
+        policy = make_policy(ac, net, deterministic=True)
+
+        def body(carry, _):
+            s, resets = carry
+            a = policy(s.obs["state"], k_act)[0] if with_policy else action
+            s = env.step(s, a)
+            return (s, resets + jnp.sum(s.done)), None
+
+        (state, resets), _ = jax.lax.scan(body, (state, jnp.zeros(())), None, length=steps)
+        return state, resets
+
+    run = jax.jit(rollout, donate_argnums=0)
+    box = {"state": state, "resets": []}
+
+    def call():
+        box["state"], resets = run(box["state"], net, action)
+        box["resets"].append(resets)
+        return box["state"], resets
+
+    r = _measure(call, batch * steps, args.repeats, args.warmup)
+    r["resets_per_env_step"] = float(sum(box["resets"])) / (batch * steps * len(box["resets"]))
+    r["observation_sizes"] = {k: v[0] for k, v in env.observation_size.items()}
+    return r
+
+
+def run_ours(args: Args) -> dict:
+    key = jax.random.key(args.seed)
+    out: dict = {}
+    for name in args.benchmarks:
+        res: dict = {}
+        for batch in args.batch_sizes:
+            key, sub = jax.random.split(key)
+            try:
+                if name == "dynamics":
+                    res[str(batch)] = bench_dynamics(args, batch, sub)
+                else:
+                    res[str(batch)] = bench_env(args, batch, sub, name == "policy_rollout")
+            except Exception as e:  # e.g. out of device memory at the largest sizes
+                res[str(batch)] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            gc.collect()
+        out[name] = {"includes": INCLUDES[name], "results": res, "best": _best(res)}
+    return out
+
+
+INCLUDES = {
+    "dynamics": "RK4 rigid body + first-order rotor lag, dt 0.01 s, 1 substep, quaternion "
+    "renormalization and rpm clamp; per-env params and disturbance; fixed actions.",
+    "env": "dynamics + 32-action history, noisy actor obs (146) and privileged obs (168), reward "
+    "terms, termination, episode limit 500, domain randomization and a full random reset "
+    "evaluated for every env every step (selected where done); fixed actions.",
+    "policy_rollout": "env + deterministic 146-64-64-4 tanh MLP actor with observation "
+    "normalization choosing every action.",
+}
+PEER_INCLUDES = {
+    "dynamics": "l2f vector step: RK4 rigid body + rotor lag, dt 0.01 s, action history (16); "
+    "per-env parameter structs; one Python call per step (returns a list of dts).",
+    "full_step": "step + observe (82-dim: 18 state + 16-action history, Gaussian noise as ours) + "
+    "reward + terminated + 500-step episode counter (numpy) + reset of finished envs "
+    "only; no critic observation, no domain randomization.",
+    "full_step_no_noise": "full_step with zero observation noise (l2f's default MDP; the setting "
+    "of the 8.2 M steps/s reference figure).",
+}
+
+
+def _best(res: dict) -> dict | None:
+    ok = {b: r for b, r in res.items() if "steps_per_s" in r}
+    if not ok:
+        return None
+    b = max(ok, key=lambda b: ok[b]["steps_per_s"])
+    return {"batch_size": int(b), "steps_per_s": ok[b]["steps_per_s"]}
+
+
+# -- the peer -------------------------------------------------------------------------------------
+def run_peer(args: Args) -> dict:
+    """l2f in one subprocess per thread count (OMP_NUM_THREADS set before libgomp loads)."""
+    if importlib.util.find_spec("l2f") is None:
+        return {"skipped": "`import l2f` failed (not installed); pip install l2f==2.0.18"}
+    p = get_params(args.params)
+    model = {
+        "mass": float(p.mass),
+        "inertia": [float(x) for x in p.inertia],
+        "thrust": [float(x) for x in p.thrust],
+        "torque": float(p.torque),
+        "tau_rise": float(p.tau_rise),
+        "tau_fall": float(p.tau_fall),
+        "arm": float(p.arm),
+    }
+    cfg = QuadrotorConfig(params=args.params)
+    by_threads: dict = {}
+    for threads in args.peer_threads:
+        cmd = [
+            sys.executable,
+            str(PEER_SCRIPT),
+            "--batch-sizes",
+            *map(str, args.peer_batch_sizes),
+            "--steps",
+            str(args.peer_steps),
+            "--repeats",
+            str(args.repeats),
+            "--warmup",
+            str(args.warmup),
+            "--model-json",
+            json.dumps(model),
+            "--termination-distance",
+            str(cfg.termination_distance),
+            "--seed",
+            str(args.seed),
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            by_threads[str(threads)] = {"error": proc.stderr.strip()[-500:]}
+            continue
+        by_threads[str(threads)] = json.loads(proc.stdout.strip().splitlines()[-1])
+    ok = [r for r in by_threads.values() if "results" in r]
+    if not ok:
+        return {"skipped": "l2f failed in every run", "threads": by_threads}
+    best: dict = {}
+    for w in PEER_INCLUDES:
+        cands = [
+            (r["results"][w][b]["steps_per_s"], int(t), int(b))
+            for t, r in by_threads.items()
+            if "results" in r
+            for b in r["results"].get(w, {})
+        ]
+        if cands:
+            rate, t, b = max(cands)
+            best[w] = {"steps_per_s": rate, "threads": t, "batch_size": b}
+    return {
+        "l2f_version": ok[0]["l2f_version"],
+        "model": ok[0]["model"],
+        "includes": PEER_INCLUDES,
+        "threads": by_threads,
+        "best": best,
+    }
+
+
+# l2f 2.0.18 on the 2-core CPU machine, ../shared/reference/crazyflie.md (steps/s).
+REFERENCE_L2F = {
+    "source": "shared/reference/crazyflie.md: PyPI l2f 2.0.18 on the project's 2-core CPU machine",
+    "dynamics_1_thread": 6.5e6,
+    "dynamics_2_threads": 11.6e6,
+    "full_step_2_threads": 8.2e6,
+}
+
+
+def _reference_ratios(ours: dict) -> dict:
+    pairs = {
+        "dynamics_vs_ref_dynamics_2_threads": ("dynamics", "dynamics_2_threads"),
+        "env_vs_ref_full_step_2_threads": ("env", "full_step_2_threads"),
+        "policy_rollout_vs_ref_full_step_2_threads": ("policy_rollout", "full_step_2_threads"),
+    }
+    out = {}
+    for name, (a, b) in pairs.items():
+        ob = (ours.get(a) or {}).get("best")
+        if ob:
+            out[name] = ob["steps_per_s"] / REFERENCE_L2F[b]
+    return out
+
+
+def _ratios(ours: dict, peer: dict) -> dict:
+    pairs = {
+        "dynamics_vs_l2f_dynamics": ("dynamics", "dynamics"),
+        "env_vs_l2f_full_step": ("env", "full_step"),
+        "env_vs_l2f_full_step_no_noise": ("env", "full_step_no_noise"),
+        "policy_rollout_vs_l2f_full_step": ("policy_rollout", "full_step"),
+    }
+    out = {}
+    for name, (a, b) in pairs.items():
+        ob = (ours.get(a) or {}).get("best")
+        pb = (peer.get("best") or {}).get(b)
+        if ob and pb:
+            out[name] = ob["steps_per_s"] / pb["steps_per_s"]
+    return out
+
+
+def _device_name() -> str:
+    d = jax.devices()[0]
+    return getattr(d, "device_kind", str(d))
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Parses `argv`, runs the benchmarks, prints (and optionally writes) the JSON; returns it."""
+    args = _resolve(tyro.cli(Args, args=argv))
+    load_start = os.getloadavg()
+    report: dict = {
+        "benchmark": "sim_throughput",
+        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "backend": jax.default_backend(),
+        "device": _device_name(),
+        "device_count": jax.device_count(),
+        "jax_version": jax.__version__,
+        "cpu_count": os.cpu_count(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "dtype": str(jnp.zeros(()).dtype),
+        "config": dataclasses.asdict(args),
+        "notes": [
+            "steps/s = env steps (one 10 ms control step of one quadrotor) per wall second.",
+            "steps_per_s is the median over repeats; _max/_min bound it (host load adds noise).",
+            "Ours runs in float32 (jax_enable_x64 off), like l2f (compiled with float).",
+            "Ours on CPU uses XLA's own thread pool over all cores; the peer is given "
+            "1, 2, ... OpenMP threads explicitly.",
+            "Ratios divide our best batch size by the peer's best (batch size, thread count).",
+        ],
+    }
+    report["ours"] = run_ours(args)
+    report["peer"] = run_peer(args) if args.peer else {"skipped": "--no-peer"}
+    report["ratios"] = _ratios(report["ours"], report["peer"])
+    report["reference_l2f"] = REFERENCE_L2F
+    report["ratios_vs_reference"] = _reference_ratios(report["ours"])
+    report["loadavg_start_end"] = [load_start, os.getloadavg()]
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return json.loads(text)
+
+
+if __name__ == "__main__":
+    main()
