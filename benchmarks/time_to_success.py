@@ -58,8 +58,14 @@ def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
         curve.append([round(train_s, 2), env_steps, summary["success_rate"]])
         if reached is None and summary["success_rate"] >= threshold:
             reached = {"train_seconds": round(train_s, 2), "env_steps": env_steps}
-    return {"seed": seed, "compile_and_first_update_s": round(compile_s, 2), "reached": reached,
-            "final": summary, "eval_seconds": round(eval_s, 2), "curve": curve}
+    return {
+        "seed": seed,
+        "compile_and_first_update_s": round(compile_s, 2),
+        "reached": reached,
+        "final": summary,
+        "eval_seconds": round(eval_s, 2),
+        "curve": curve,
+    }
 
 
 def main(argv=None) -> dict:
@@ -76,19 +82,25 @@ def main(argv=None) -> dict:
     if a.total_timesteps:
         import dataclasses
 
-        cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo,
-                                                               total_timesteps=a.total_timesteps))
+        cfg = dataclasses.replace(
+            cfg, ppo=dataclasses.replace(cfg.ppo, total_timesteps=a.total_timesteps)
+        )
     seeds = [run_seed(cfg, s, a.eval_every, a.threshold) for s in a.seeds]
     times = [s["reached"]["train_seconds"] for s in seeds if s["reached"]]
     result = {
-        "benchmark": "time_to_success", "backend": jax.default_backend(),
-        "device": str(jax.devices()[0].device_kind), "task": a.task, "preset": a.preset,
-        "threshold": a.threshold, "seeds": seeds,
-        "seeds_reached": len(times), "median_seconds": sorted(times)[len(times) // 2] if times
-        else None,
+        "benchmark": "time_to_success",
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0].device_kind),
+        "task": a.task,
+        "preset": a.preset,
+        "threshold": a.threshold,
+        "seeds": seeds,
+        "seeds_reached": len(times),
+        "median_seconds": sorted(times)[len(times) // 2] if times else None,
         "peer": {"name": "L2F TD3 recipe (RLtools), reference figure", "seconds": L2F_TD3_SECONDS},
         "ratio_peer_over_ours": round(L2F_TD3_SECONDS / sorted(times)[len(times) // 2], 3)
-        if times else None,
+        if times
+        else None,
     }
     text = json.dumps(result, indent=1)
     print(text)
