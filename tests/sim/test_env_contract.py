@@ -15,7 +15,15 @@ import sim
 from sim.quadrotor import InitConfig, QuadrotorConfig, QuadrotorEnv, RewardConfig
 from sim.quadrotor.params import GRAVITY
 
-TERMS = ("position", "orientation", "velocity", "angular_velocity", "action", "alive")
+TERMS = (
+    "position",
+    "position_l1",
+    "orientation",
+    "velocity",
+    "angular_velocity",
+    "action",
+    "alive",
+)
 
 
 def all_finite(tree) -> bool:
