@@ -244,10 +244,11 @@ def run_ours(args: Args) -> dict:
 INCLUDES = {
     "dynamics": "RK4 rigid body + first-order rotor lag, dt 0.01 s, 1 substep, quaternion "
     "renormalization and rpm clamp; per-env params and disturbance; fixed actions.",
-    "env": "dynamics + 32-action history, noisy actor obs (146) and privileged obs (168), reward "
+    "env": "dynamics + the default action history, noisy actor obs and privileged obs (sizes in "
+    "each result's observation_sizes), reward "
     "terms, termination, episode limit 500, domain randomization and a full random reset "
     "evaluated for every env every step (selected where done); fixed actions.",
-    "policy_rollout": "env + deterministic 146-64-64-4 tanh MLP actor with observation "
+    "policy_rollout": "env + deterministic 64-64 tanh MLP actor with observation "
     "normalization choosing every action.",
 }
 PEER_INCLUDES = {
