@@ -162,7 +162,7 @@ def train(
     except ValueError as e:
         raise RunError(str(e)) from None
     cfg_hash = _open_run(cfg, run_dir)
-    init = jax.jit(lambda key: _strong_types(trainer.init(key)))
+    init = jax.jit(trainer.init)
     ckpt_path, ckpt = latest_checkpoint(run_dir), None
     if ckpt_path is not None:  # validated before anything in the folder changes
         like = jax.eval_shape(init, jax.random.key(cfg.seed))
@@ -234,15 +234,6 @@ def _open_run(cfg: TrainConfig, run_dir: Path) -> str:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_config(run_dir, cfg)
     return config_hash(cfg)
-
-
-def _strong_types(tree: Any) -> Any:
-    """Drops weak types so that init's output and update's output share one compiled update."""
-
-    def strong(x):
-        return x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x.astype(x.dtype)
-
-    return jax.tree.map(strong, tree)
 
 
 def _loop(update_fn, cfg, run_dir, ts: TrainState, end, cfg_hash, log, console, timing):

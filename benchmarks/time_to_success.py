@@ -19,7 +19,7 @@ import time
 import jax
 
 from algos import get_preset
-from algos.evaluate import rollout, summarize
+from algos.evaluate import eval_steps, rollout, summarize
 from algos.ppo import make_train
 from policies import make_policy
 from sim import make_env
@@ -30,8 +30,7 @@ L2F_TD3_SECONDS = 26.8
 def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
     env = make_env(cfg.task, cfg.env, cfg.randomization)
     trainer = make_train(cfg.ppo, env, cfg.env.episode_steps)
-    steps = round(cfg.eval.seconds / cfg.env.ctrl_dt)
-    settle = round(cfg.eval.settle_seconds / cfg.env.ctrl_dt)
+    steps, settle = eval_steps(cfg.eval, cfg.env.ctrl_dt)
 
     @jax.jit
     def evaluate(params):
