@@ -16,12 +16,18 @@ from sim import Env
 
 
 def rollout(
-    env: Env, policy_fn: Callable, key: jax.Array, episodes: int, steps: int
+    env: Env,
+    policy_fn: Callable,
+    key: jax.Array,
+    episodes: int,
+    steps: int,
+    record_obs: bool = False,
 ) -> dict[str, jax.Array]:
     """Runs `episodes` episodes of `steps` steps without auto-reset.
 
     policy_fn(obs [B, obs], key) -> (action [B, A], extras). Returns per-step arrays [T, B]:
-    `position_error` (m), `done` (1 from the termination step on), `position` [T, B, 3].
+    `position_error` (m), `done` (1 from the termination step on), `position` [T, B, 3]; with
+    `record_obs`, also `obs` [T, B, obs] (what the policy saw) and `action` [T, B, A].
     """
     key_reset, key_run = jax.random.split(key)
     state = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
@@ -42,6 +48,8 @@ def rollout(
             "done": dead,
             "position": jnp.stack(nstate.data.rigid.pos, -1),
         }
+        if record_obs:
+            out |= {"obs": state.obs["state"], "action": action}
         return (nstate, dead), out
 
     _, traj = jax.lax.scan(step, (state, jnp.zeros(episodes)), jax.random.split(key_run, steps))

@@ -8,7 +8,9 @@ initial-state statistics, domain randomization); short sequences run eagerly ins
 from __future__ import annotations
 
 import functools
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
@@ -80,3 +82,23 @@ def quiet_config() -> QuadrotorConfig:
         disturbance=DisturbanceConfig(0.0, 0.0),
         init=InitConfig(at_target_prob=1.0),
     )
+
+
+HOVER_RUN = Path(__file__).parent / "data" / "hover_run"
+
+
+@pytest.fixture(scope="session")
+def hover_run(tmp_path_factory) -> Path:
+    """A fresh copy of the shipped trained run `tests/data/hover_run` (config.json and the final
+    checkpoint of the README main job, `hoverfly train quadrotor-hover`, seed 0)."""
+    dst = tmp_path_factory.mktemp("hover") / "run"
+    shutil.copytree(HOVER_RUN, dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def hover_policy(hover_run):
+    """The shipped run's deterministic actor as a `deploy.policy.DensePolicy`."""
+    from deploy.policy import load_policy
+
+    return load_policy(hover_run)
