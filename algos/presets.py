@@ -57,7 +57,8 @@ _PPO = PPOConfig(
     num_envs=2048,
     unroll_length=16,
     num_minibatches=4,
-    learning_rate=3e-3,
+    learning_rate=2e-3,
+    clip_eps=0.1,
     network=NetworkConfig(critic_hidden=(256, 256), init_log_std=-1.5),
 )
 

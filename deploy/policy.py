@@ -10,6 +10,7 @@ observations a policy sees in closed loop (calibration and held-out parity sets)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos.evaluate import eval_steps, rollout, summarize
-from algos.run_folder import Run, RunError, config_hash, load_run
+from algos.presets import TrainConfig
+from algos.run_folder import Run, RunError, config_hash, load_run, make_env_and_network
 from policies import make_policy
 from sim.quadrotor.env import OBS_FIELDS
 from sim.quadrotor.params import get_params
@@ -198,15 +200,35 @@ def closed_loop_eval(
     episodes: int | None = None,
 ) -> dict[str, float]:
     """Flies a host policy (obs [B, obs] float32 → action [B, 4]) in the run's env under its
-    eval protocol (same seed and episodes as `hoverfly eval`). Returns the eval summary."""
-    cfg = run.config.eval
-    n = cfg.episodes if episodes is None else episodes
-    steps, settle = eval_steps(cfg, run.env.dt)
-    out = jax.ShapeDtypeStruct((n, run.env.action_size), jnp.float32)
+    eval protocol (same seed and episodes as `hoverfly eval`). Returns the eval summary.
+
+    The rollout is compiled once per (config, episodes) and reused: the host function is looked
+    up at call time, so exporting several variants of one run costs one compilation."""
+    cfg = run.config
+    n = cfg.eval.episodes if episodes is None else episodes
+    _, settle = eval_steps(cfg.eval, run.env.dt)
+    _HOST_POLICY[0] = policy_fn
+    try:
+        traj = _host_rollout(cfg, n)(jax.random.key(cfg.eval.seed))
+    finally:
+        _HOST_POLICY[0] = None
+    return summarize(traj, settle, cfg.eval.tolerance)
+
+
+_HOST_POLICY: list[Callable | None] = [None]
+
+
+def _call_host_policy(obs: np.ndarray) -> np.ndarray:
+    return np.asarray(_HOST_POLICY[0](np.asarray(obs, np.float32)), np.float32)
+
+
+@functools.lru_cache(maxsize=4)
+def _host_rollout(cfg: TrainConfig, episodes: int) -> Callable:
+    env, _ = make_env_and_network(cfg)
+    steps, _ = eval_steps(cfg.eval, env.dt)
+    out = jax.ShapeDtypeStruct((episodes, env.action_size), jnp.float32)
 
     def policy(obs, key):
-        host = lambda o: np.asarray(policy_fn(np.asarray(o, np.float32)), np.float32)  # noqa: E731
-        return jax.pure_callback(host, out, obs), {}
+        return jax.pure_callback(_call_host_policy, out, obs), {}
 
-    traj = jax.jit(lambda k: rollout(run.env, policy, k, n, steps))(jax.random.key(cfg.seed))
-    return summarize(traj, settle, cfg.tolerance)
+    return jax.jit(lambda key: rollout(env, policy, key, episodes, steps))

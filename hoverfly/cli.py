@@ -2,6 +2,10 @@
 
   hoverfly train TASK --out RUN [--preset cpu|gpu] [--seed 3] [--ppo.total-timesteps N] ...
   hoverfly eval RUN [--episodes N] [--json]
+  hoverfly export RUN --format onnx [--precision fp32|fp16|int8|fp8] --out FILE [--force]
+  hoverfly firmware-export RUN --target stm32f405|host|crazyflie --precision f32|int8 --out DIR
+  hoverfly deploy hil RUN --firmware DIR [--seconds S] [--json]
+  hoverfly deploy crazyflie RUN --uri URI
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
 line is parsed once to learn the task and the preset, then again with that preset as the default.
@@ -59,6 +63,97 @@ class Eval:
     """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """Export a run's deterministic policy to ONNX, checked for parity and closed-loop success."""
+
+    run: tyro.conf.Positional[Path]
+    """Run folder."""
+    out: Path
+    """Output file (.onnx), written only after the checks pass."""
+    format: Literal["onnx"] = "onnx"
+    """Artifact format."""
+    precision: Literal["fp32", "fp16", "int8", "fp8"] = "fp32"
+    """Numeric precision (int8: QDQ calibrated on recorded rollouts; fp8: E4M3FN)."""
+    force: bool = False
+    """Write the file even if its closed-loop success falls > 2 points below float."""
+    episodes: int | None = None
+    """Closed-loop eval episodes (default: the run's eval.episodes)."""
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+    cache_dir: Path | None = runner.default_cache_dir()
+    """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FirmwareExport:
+    """Generate dependency-free C for a microcontroller (or a Crazyflie out-of-tree app)."""
+
+    run: tyro.conf.Positional[Path]
+    """Run folder."""
+    out: Path
+    """Output folder (created; an earlier export there is replaced)."""
+    target: Literal["stm32f405", "host", "crazyflie"] = "stm32f405"
+    """stm32f405: C + QEMU self-test and cost; host: C for the host; crazyflie: firmware app."""
+    precision: Literal["f32", "int8"] = "f32"
+    """Arithmetic of the generated policy."""
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Hil:
+    """Fly the simulator in lock-step with the exported firmware running in QEMU over serial."""
+
+    run: tyro.conf.Positional[Path]
+    """Run folder."""
+    firmware: Path
+    """Folder written by `hoverfly firmware-export --target stm32f405`."""
+    seconds: float = 5.0
+    """Flight length, s."""
+    episodes: int = 1
+    """Episodes (those of `hoverfly eval`'s seed, in order)."""
+    serial: Literal["pty", "tcp"] = "pty"
+    """QEMU's UART: a pseudo-terminal, or loopback TCP."""
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+    cache_dir: Path | None = runner.default_cache_dir()
+    """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Crazyflie:
+    """Fly a real Crazyflie running the app of `firmware-export --target crazyflie` (cflib)."""
+
+    run: tyro.conf.Positional[Path]
+    """Run folder."""
+    uri: str
+    """cflib link URI, e.g. radio://0/80/2M/E7E7E7E7E7 or udp://127.0.0.1:19850."""
+    app: Path | None = None
+    """The app folder flashed on the drone (checks its config hash; default: the run's)."""
+    seconds: float = 10.0
+    """Hover time, s, before landing."""
+    height: float = 0.5
+    """Hover height, m."""
+    dry_run: bool = False
+    """Connect and check the app's identity only: nothing is armed or sent."""
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deploy:
+    """Deploy a policy: hardware-in-the-loop under QEMU, or a real Crazyflie."""
+
+    command: Annotated[
+        Union[  # noqa: UP007
+            Annotated[Hil, tyro.conf.subcommand("hil", prefix_name=False)],
+            Annotated[Crazyflie, tyro.conf.subcommand("crazyflie", prefix_name=False)],
+        ],
+        tyro.conf.arg(name=""),
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -72,8 +167,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f"stopped at update {result.update}/{result.total}"
             )
             return 0
-        summary = runner.evaluate_run(cmd.run, episodes=cmd.episodes, cache_dir=cmd.cache_dir)
-        print(json.dumps(summary) if cmd.json else runner.format_summary(summary))
+        if isinstance(cmd, Eval):
+            summary = runner.evaluate_run(cmd.run, episodes=cmd.episodes, cache_dir=cmd.cache_dir)
+            print(json.dumps(summary) if cmd.json else runner.format_summary(summary))
+            return 0
+        cmd = cmd.command if isinstance(cmd, Deploy) else cmd
+        report = _run_command(cmd)
+        print(json.dumps(report) if cmd.json else _format_report(report))
         return 0
     except RunError as e:
         print(f"hoverfly: error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -83,7 +183,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def parse(argv: Sequence[str]) -> Train | Eval:
+def _run_command(cmd) -> dict:
+    """Exporters and deployment live in floor 3; imported here so `train` stays light."""
+    if isinstance(cmd, Export):
+        from deploy.onnx_export import export_onnx
+
+        return export_onnx(
+            cmd.run, cmd.out, cmd.precision, cmd.force, cmd.episodes, cache_dir=cmd.cache_dir
+        )
+    if isinstance(cmd, FirmwareExport):
+        if cmd.target == "crazyflie":
+            from firmware_export.crazyflie import write_app
+
+            return write_app(cmd.run, cmd.out, precision=cmd.precision)
+        from firmware_export import export_firmware
+
+        return export_firmware(cmd.run, cmd.out, cmd.target, cmd.precision)
+    if isinstance(cmd, Hil):
+        from deploy.hil import run_hil
+
+        return run_hil(
+            cmd.run,
+            cmd.firmware,
+            cmd.seconds,
+            cmd.episodes,
+            serial=cmd.serial,
+            cache_dir=cmd.cache_dir,
+        )
+    if isinstance(cmd, Crazyflie):
+        from deploy.crazyflie import fly
+
+        return fly(cmd.run, cmd.uri, cmd.app, cmd.seconds, cmd.height, cmd.dry_run)
+    raise AssertionError(cmd)
+
+
+def _format_report(report: dict, width: int = 100) -> str:
+    """Top-level scalars of a report as `key: value` lines (nested parts: see --json)."""
+    lines = []
+    for k, v in report.items():
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            lines.append(f"{k}: {v:.6g}" if isinstance(v, float) else f"{k}: {v}")
+        elif isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values()):
+            inner = ", ".join(f"{a} {b:.4g}" for a, b in v.items())
+            lines.append(f"{k}: {inner}"[:width])
+    return "\n".join(lines)
+
+
+def parse(argv: Sequence[str]) -> Train | Eval | Export | FirmwareExport | Deploy:
     """Parses `argv`; for `train`, the defaults are the preset of the requested task."""
     default = _train_default(next(iter(TASKS)), "cpu")
     try:  # first pass: only to learn the task and the preset (so --out is not required in it)
@@ -115,6 +261,9 @@ def _commands(train_default: Train) -> type:
     return Union[  # noqa: UP007 (tyro reads the Annotated members of a typing.Union)
         Annotated[Train, tyro.conf.subcommand("train", default=train_default)],
         Annotated[Eval, tyro.conf.subcommand("eval")],
+        Annotated[Export, tyro.conf.subcommand("export")],
+        Annotated[FirmwareExport, tyro.conf.subcommand("firmware-export")],
+        Annotated[Deploy, tyro.conf.subcommand("deploy")],
     ]
 
 

@@ -221,7 +221,9 @@ class QuadrotorEnv(Env):
             force=tuple(d[:3] * self.config.disturbance.force * mg),
             torque=tuple(d[3:] * self.config.disturbance.torque * mg),
         )
-        hover_a = 2.0 * params.hover_u - 1.0
+        # The history starts at the *nominal* hover command: a deployed controller resets to it
+        # without knowing the randomized dynamics (no leak of hover_u into the observation).
+        hover_a = 2.0 * self.nominal_params.hover_u - 1.0
         data = QuadData(
             rigid=rigid,
             params=params,

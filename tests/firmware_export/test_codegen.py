@@ -1,0 +1,155 @@
+"""Generated C on the host: parity with the numpy references, the history logic against the
+simulator's observations, the tanh approximation, bad input. Compiled with the host's cc,
+warnings as errors (the Cortex-M4 build is in test_qemu.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from algos.run_folder import RunError, load_run
+from deploy.policy import DensePolicy, forward, record_rollouts
+from deploy.quantize import calibrate_int8, int8_forward
+from firmware_export import activations, codegen, int8_model
+from firmware_export.export import compile_host_driver, host_actions
+
+
+@pytest.fixture(scope="module")
+def rollouts(hover_run):
+    """Calibration and held-out closed-loop rollouts of the shipped run's JAX policy."""
+    run = load_run(hover_run)
+    return {
+        "calibration": record_rollouts(run, 8, jax.random.key(11)),
+        "held_out": record_rollouts(run, 8, jax.random.key(12)),
+    }
+
+
+@pytest.fixture(scope="module")
+def int8_policy(hover_policy, rollouts):
+    return calibrate_int8(hover_policy, rollouts["calibration"]["obs"])
+
+
+def _build(tmp_path, policy, states=None):
+    for name, text in codegen.generate_c(policy, example_inputs=states).items():
+        (tmp_path / name).write_text(text)
+    return compile_host_driver(tmp_path, tmp_path / "host")
+
+
+def _self_test(exe) -> int:
+    import subprocess
+
+    return subprocess.run([exe, "test"]).returncode
+
+
+def test_f32_matches_forward(tmp_path, hover_policy, rollouts):
+    held = rollouts["held_out"]
+    exe = _build(tmp_path, hover_policy, held["episode_obs"][:10, 0, :18])
+    assert _self_test(exe) == 0
+    obs = held["obs"]
+    diff = np.abs(host_actions(exe, obs) - forward(hover_policy, obs))
+    assert diff.max() <= codegen.F32_TOLERANCE, diff.max()
+
+
+def test_int8_matches_integer_reference(tmp_path, hover_policy, int8_policy, rollouts):
+    exe = _build(tmp_path, int8_policy, rollouts["held_out"]["episode_obs"][:10, 1, :18])
+    assert _self_test(exe) == 0
+    obs = rollouts["held_out"]["obs"]
+    actions = host_actions(exe, obs)
+    # Bit-exact against the C's own arithmetic in numpy...
+    np.testing.assert_array_equal(actions, int8_model.forward(int8_model.build(int8_policy), obs))
+    # ...which differs from deploy.quantize's reference only by rare one-step roundings.
+    ref = int8_forward(int8_policy, obs)
+    assert np.mean(np.all(actions == ref, axis=1)) >= 0.99
+    assert np.abs(actions - ref).max() <= 0.01
+    # Against the float policy, no worse than the reference int8 scheme (+ that rounding).
+    err_c = np.abs(actions - forward(hover_policy, obs)).max()
+    err_ref = np.abs(ref - forward(hover_policy, obs)).max()
+    assert err_c <= err_ref + 0.01 and err_c < 0.1, (err_c, err_ref)
+
+
+def _alive_episodes(episode_obs: np.ndarray, steps: int) -> list[int]:
+    """Episodes whose observation changes at every one of the first `steps` steps (a terminated
+    episode is frozen by the rollout)."""
+    moving = np.any(episode_obs[1 : steps + 1] != episode_obs[:steps], axis=-1).all(axis=0)
+    return [int(b) for b in np.flatnonzero(moving)]
+
+
+def test_history_matches_simulator(tmp_path, hover_policy, rollouts):
+    """policy_control over an episode's states (the history kept inside the C) reproduces the
+    JAX policy's actions, which the simulator reports as the newest history entry next step."""
+    episode_obs = rollouts["held_out"]["episode_obs"]
+    steps = 60
+    episodes = _alive_episodes(episode_obs, steps)
+    assert episodes, "no episode of the held-out set flew 60 steps"
+    exe = _build(tmp_path, hover_policy)
+    for b in episodes[:3]:
+        obs = episode_obs[: steps + 1, b]
+        # The simulator resets the history to the episode's own (randomized) hover action; the
+        # driver sets it from the first observation through policy_push_action.
+        actions = host_actions(exe, obs[:steps], mode="episode")
+        jax_actions = obs[1 : steps + 1, 18:22]
+        np.testing.assert_allclose(actions, jax_actions, atol=2e-5, rtol=0)
+        assert np.abs(np.diff(jax_actions, axis=0)).max() > 1e-3  # the history really moves
+
+
+def test_int8_history_matches_model(tmp_path, int8_policy, rollouts):
+    obs = rollouts["held_out"]["episode_obs"][:40, 2]
+    exe = _build(tmp_path, int8_policy)
+    actions = host_actions(exe, obs, mode="episode")
+    model = int8_model.build(int8_policy)
+    history, expected = obs[0, 18:].copy(), []
+    for row in obs:
+        a = int8_model.forward(model, np.concatenate([row[:18], history])[None])[0]
+        expected.append(a)
+        history = np.concatenate([a, history[:-4]])
+    np.testing.assert_array_equal(actions, np.stack(expected))
+
+
+def test_reference_network_without_history(tmp_path):
+    """The 18→64→64→4 reference MLP (no action history) compiles and matches, f32 and int8."""
+    rng = np.random.default_rng(3)
+    sizes = [18, 64, 64, 4]
+    policy = DensePolicy(
+        weights=tuple(
+            (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
+            for a, b in zip(sizes[:-1], sizes[1:], strict=True)
+        ),
+        biases=tuple((0.1 * rng.standard_normal(b)).astype(np.float32) for b in sizes[1:]),
+        activation="tanh",
+        obs_mean=np.zeros(18, np.float32),
+        obs_std=np.ones(18, np.float32),
+        obs_clip=10.0,
+        state_size=18,
+        action_history=0,
+        hover_action=0.0,
+        metadata={},
+    )
+    obs = rng.standard_normal((200, 18)).astype(np.float32)
+    exe = _build(tmp_path, policy)
+    assert _self_test(exe) == 0
+    assert np.abs(host_actions(exe, obs) - forward(policy, obs)).max() <= codegen.F32_TOLERANCE
+    q = calibrate_int8(policy, obs)
+    exe8 = _build(tmp_path, q)
+    assert _self_test(exe8) == 0
+    np.testing.assert_array_equal(
+        host_actions(exe8, obs), int8_model.forward(int8_model.build(q), obs)
+    )
+
+
+def test_tanh_approximation_error():
+    x = np.linspace(-12, 12, 4_000_001, dtype=np.float32)
+    err = np.abs(activations.tanh_f32(x).astype(np.float64) - np.tanh(x.astype(np.float64)))
+    assert err.max() <= activations.TANH_MAX_ERROR
+    assert np.all(np.abs(activations.tanh_f32(x)) <= 1.0 + activations.TANH_MAX_ERROR)
+
+
+def test_bad_input(hover_policy):
+    with pytest.raises(RunError, match="activation 'silu'"):
+        codegen.generate_c(dataclasses.replace(hover_policy, activation="silu"))
+    with pytest.raises(RunError, match=r"example_inputs must be \[T, 18\]"):
+        codegen.generate_c(hover_policy, example_inputs=np.zeros((3, 50), np.float32))
+    with pytest.raises(RunError, match="finite"):
+        codegen.generate_c(hover_policy, example_inputs=np.full((3, 18), np.nan, np.float32))
