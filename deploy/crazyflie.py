@@ -7,8 +7,8 @@ The policy runs on board, in the out-of-tree controller app that
 2. check the app's identity: its parameters `hoverfly.hashHi`/`hoverfly.hashLo` carry the run's
    16-hex-digit config hash (`hash_words`); refuse a Crazyflie without the app or with another
    run's policy, before anything is armed;
-3. log the state estimate (`stateEstimate.x/y/z/vx/vy/vz`, `roll/pitch/yaw`) and `hoverfly.active`
-   at 50 Hz, arm (`cf.supervisor.send_arming_request`), set `hoverfly.enable` = 1 (acknowledged);
+3. log the state estimate (`stateEstimate.x/y/z/vx/vy/vz/yaw`) and `hoverfly.active` at 50 Hz,
+   arm (`cf.supervisor.send_arming_request`), set `hoverfly.enable` = 1 (acknowledged);
 4. stream absolute position setpoints (`cf.commander.send_position_setpoint`) at `rate_hz`
    (≥ 10 Hz): they are the app's dead-man switch (its motors stop 200 ms after the last one). The
    plan (`flight_plan`): hold `height` m above the take-off point for `seconds`, then descend to
@@ -16,8 +16,9 @@ The policy runs on board, in the out-of-tree controller app that
 5. always finish with `send_stop_setpoint`, `send_notify_setpoint_stop`, `hoverfly.enable` = 0 and
    a disarm request: after the plan, on Ctrl-C (SIGINT is caught during the flight, the motors are
    stopped, then KeyboardInterrupt is raised), on any exception, when the telemetry stops for
-   `TELEMETRY_TIMEOUT_S` or when the estimate strays more than `max_error_m` from the path
-   between the take-off point and the setpoint.
+   `TELEMETRY_TIMEOUT_S`, when the estimate strays more than `max_error_m` from the path
+   between the take-off point and the setpoint, or when the app reports that it is not driving
+   the motors (`hoverfly.active` = 0 after `ACTIVE_TIMEOUT_S`).
 
 Returns a flight summary (JSON-able dict).
 """
@@ -41,11 +42,12 @@ APP_MANIFEST = "hoverfly_app.json"
 ENABLE_PARAM = "hoverfly.enable"
 HASH_PARAMS = ("hoverfly.hashHi", "hoverfly.hashLo")
 POSITION_LOG = tuple(f"stateEstimate.{n}" for n in ("x", "y", "z", "vx", "vy", "vz"))
-ATTITUDE_LOG = ("stateEstimate.roll", "stateEstimate.pitch", "stateEstimate.yaw")
+YAW_LOG = "stateEstimate.yaw"
 ACTIVE_LOG = "hoverfly.active"
 LOG_PERIOD_MS = 20
 LAND_HEIGHT_M = 0.05
 TELEMETRY_TIMEOUT_S = 0.5
+ACTIVE_TIMEOUT_S = 0.5
 CONNECT_TIMEOUT_S = 10.0
 PARAM_TIMEOUT_S = 10.0
 ACK_TIMEOUT_S = 2.0
@@ -159,8 +161,9 @@ def check_app(cf, expected_hash: str) -> dict[str, Any]:
 
 
 class _Telemetry:
-    """Log blocks of the state estimate; `samples` rows: host time s, x, y, z, vx, vy, vz,
-    active (one per position packet)."""
+    """Two log blocks (a packet carries 26 bytes): position + velocity, and yaw (deg) + the app's
+    `hoverfly.active`. `samples` rows: host time s, x, y, z (m), vx, vy, vz (m/s), active (the
+    latest value), one per position packet."""
 
     def __init__(self, cf, log_config_cls):
         self._lock = threading.Lock()
@@ -169,8 +172,9 @@ class _Telemetry:
         self.samples: list[tuple[float, ...]] = []
         pos = log_config_cls(name="hoverfly_pos", period_in_ms=LOG_PERIOD_MS)
         att = log_config_cls(name="hoverfly_att", period_in_ms=LOG_PERIOD_MS)
-        for name in POSITION_LOG + ATTITUDE_LOG:
-            (pos if name in POSITION_LOG else att).add_variable(name, "float")
+        for name in POSITION_LOG:
+            pos.add_variable(name, "float")
+        att.add_variable(YAW_LOG, "float")
         att.add_variable(ACTIVE_LOG, "uint8_t")
         pos.data_received_cb.add_callback(self._on_position)
         att.data_received_cb.add_callback(self._on_attitude)
@@ -189,7 +193,7 @@ class _Telemetry:
             self.samples.append(row)
 
     def _on_attitude(self, timestamp, data, conf) -> None:
-        self._yaw = float(data["stateEstimate.yaw"])
+        self._yaw = float(data[YAW_LOG])
         self._active = float(data[ACTIVE_LOG])
 
     def since(self, t: float) -> list[tuple[float, ...]]:
@@ -278,7 +282,9 @@ def _stream(
 ) -> tuple[str | None, int]:
     """Sends the plan's setpoints on schedule; returns (abort reason or None, setpoints sent).
     Aborts when the estimate is farther than `max_error_m` from the vertical path between the
-    take-off point `start` and the current setpoint (where a climbing or landing drone is)."""
+    take-off point `start` and the current setpoint (where a climbing or landing drone is), and
+    when the app's `hoverfly.active` log reads 0 after ACTIVE_TIMEOUT_S (the out-of-tree
+    controller is not the one running, or it stopped: the stock controller must not fly)."""
     t0 = time.monotonic()
     with console.status("flying") as status:
         for k, (x, y, z, yaw) in enumerate(plan):
@@ -288,6 +294,8 @@ def _stream(
             now = time.monotonic()
             if now - row[0] > TELEMETRY_TIMEOUT_S:
                 return f"no state estimate for {now - row[0]:.2f} s", k
+            if now - t0 > ACTIVE_TIMEOUT_S and not row[7]:
+                return "the app is not driving the motors (hoverfly.active = 0)", k
             error = distance_to_path(row[1:4], start, (x, y, z))
             if error > max_error_m:
                 return f"position error {error:.2f} m > {max_error_m:g} m", k

@@ -63,6 +63,7 @@ class FakeCrazyflie:
         self.hook = hook
         self.streaming = True
         self.follow = True
+        self.app_runs = True
         self.received: list[tuple[float, bytes]] = []
         self._blocks: dict[int, list[tuple[str, int]]] = {}
         self._started: dict[int, list[float]] = {}  # id -> [period s, next due time]
@@ -183,7 +184,8 @@ class FakeCrazyflie:
         now = time.monotonic()
         with self._lock:
             enabled = self.param("hoverfly.enable")
-            self.values["hoverfly.active"] = int(enabled and now - self._last_setpoint < 0.2)
+            fresh = now - self._last_setpoint < 0.2
+            self.values["hoverfly.active"] = int(self.app_runs and enabled and fresh)
             for block, due in self._started.items():
                 if now < due[1] or not self.streaming:
                     continue
@@ -378,6 +380,20 @@ def test_ctrl_c_stops_the_motors_then_raises(hover_run, fake_cf):
     with pytest.raises(KeyboardInterrupt):
         fly(hover_run, fake_cf.uri, seconds=3.0)
     assert len(position_setpoints(fake_cf)) < 10
+    _assert_stopped_after_last_setpoint(fake_cf)
+
+
+def _stock_controller(fake):
+    fake.app_runs = False
+
+
+@pytest.mark.parametrize(
+    "fake_cf", [dict(hook=_after_setpoints(1, _stock_controller))], indirect=True
+)
+def test_aborts_when_the_app_does_not_drive_the_motors(hover_run, fake_cf):
+    summary = fly(hover_run, fake_cf.uri, seconds=3.0)
+    assert summary["aborted"].startswith("the app is not driving the motors")
+    assert summary["seconds"] < 1.5
     _assert_stopped_after_last_setpoint(fake_cf)
 
 

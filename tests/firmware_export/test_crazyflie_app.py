@@ -27,7 +27,7 @@ from deploy.crazyflie import APP_MANIFEST, hash_words
 from deploy.policy import forward
 from deploy.quantize import calibrate_int8
 from firmware_export import int8_model
-from firmware_export.codegen import F32_TOLERANCE, INT8_TOLERANCE
+from firmware_export.codegen import F32_TOLERANCE, INT8_TOLERANCE, generate_c
 from firmware_export.crazyflie import write_app
 from firmware_export.crazyflie.app import DEADMAN_MS
 from sim.quadrotor.dynamics import rotation_matrix
@@ -193,9 +193,10 @@ def replay_reference(policy, rec: Records, forward_fn) -> tuple[np.ndarray, np.n
 
 # -- fixtures ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def app(hover_policy, tmp_path_factory) -> Path:
+def app(hover_run, tmp_path_factory) -> Path:
+    """The f32 app of the shipped run, from its run folder (what the CLI passes)."""
     out = tmp_path_factory.mktemp("crazyflie") / "app"
-    write_app(hover_policy, out)
+    write_app(str(hover_run), out)
     return out
 
 
@@ -236,7 +237,8 @@ def test_app_folder_is_a_firmware_oot_build(app, hover_policy):
     assert "# CONFIG_ENABLE_THRUST_BAT_COMPENSATED is not set" in config
     kbuild = (app / "src" / "Kbuild").read_text()
     assert "obj-y += hoverfly_controller.o" in kbuild and "obj-y += policy.o" in kbuild
-    # policy.c/.h stay self-contained: no firmware header.
+    # policy.c/.h: the codegen's output for the run's policy, self-contained (no firmware header).
+    assert (app / "src" / "policy.c").read_text() == generate_c(hover_policy)["policy.c"]
     for name in ("policy.h", "policy.c"):
         includes = re.findall(r'#include [<"]([^>"]+)[>"]', (app / "src" / name).read_text())
         assert set(includes) <= {"policy.h", "math.h", "stdint.h", "string.h", "arm_acle.h"}

@@ -132,8 +132,8 @@ int main(void)
     unsigned s, t, en, allowed, spTimestamp;
     int mode[3];
     float f[19];
-    const int n = scanf("%u %u %u %u %u %d %d %d %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f "
-                        "%f %f",
+    const int n = scanf("%u %u %u %u %u %d %d %d "
+                        "%f %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f %f",
                         &s, &t, &en, &allowed, &spTimestamp, &mode[0], &mode[1], &mode[2], &f[0],
                         &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10],
                         &f[11], &f[12], &f[13], &f[14], &f[15], &f[16], &f[17], &f[18]);
