@@ -8,9 +8,8 @@ flown by the run's JAX policy, and `run_hil` reports both under the eval protoco
 deviation between the two flights. Protocol: `deploy.serial_protocol`; target:
 `firmware_export/hil/hil_main.c`.
 
-The JAX flight sees what the firmware sees: the 18 state values and an action history that starts
-at the policy's nominal hover action (the env's own history starts at the episode's randomized
-hover action, which a deployed controller cannot know).
+The JAX flight sees what the firmware sees: the 18 state values and an action history that the
+controller keeps itself, starting at the nominal hover action (as the env's own does).
 
 Measured on the final hover checkpoint (12 episodes of 5 s, seeds 12345, 1, 2; `run_hil(...,
 episodes=4, seed=s)` for float32 and int8 exports of `firmware_export.codegen.generate_c`):
@@ -373,8 +372,7 @@ def _load_sim(run_dir: Path) -> _Sim:
 
 class _History:
     """The firmware's action history on the host: the nominal hover action on every motor after
-    a reset, then the clipped actions, most recent first. (The env's own history starts from the
-    episode's randomized hover action, which a deployed controller cannot know.)"""
+    a reset, then the clipped actions, most recent first."""
 
     def __init__(self, sim: _Sim):
         self.buf = np.full(4 * sim.run.config.env.action_history, sim.hover_action, np.float32)
