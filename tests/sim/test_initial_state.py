@@ -87,6 +87,18 @@ def test_rotors_start_at_hover_and_disturbance_scale(starts):
         assert stats.kstest(force[:, axis] * 20, "norm").pvalue > KS_P
 
 
+def test_action_history_starts_at_the_nominal_hover_command(hover_resets, starts):
+    """The actor's history holds the nominal hover command after every reset, not the episode's
+    randomized one: a deployed controller cannot know the randomized thrust curve."""
+    env = QuadrotorEnv()
+    nominal = 2.0 * float(env.nominal_params.hover_u) - 1.0
+    hist = np.asarray(hover_resets.obs["state"][:, 18:])
+    assert hist.shape[1] == 4 * env.config.action_history
+    np.testing.assert_array_equal(hist, np.float32(nominal))
+    randomized = 2.0 * np.asarray(starts["data"].params.hover_u) - 1.0
+    assert randomized.std() > 0.01  # the episodes' own hover commands do differ
+
+
 def test_track_starts_relative_to_the_moving_target():
     env = QuadrotorEnv(QuadrotorConfig(task="track", init=InitConfig(at_target_prob=1.0)))
     s = env.reset(jax.random.key(4))
