@@ -60,9 +60,15 @@ def c_source(activation: str) -> str:
 
     clamp = c_float(TANH_CLAMP)
     return f"""\
+#if defined(__GNUC__)
+#define UNLIKELY(c) __builtin_expect(!!(c), 0) /* the common case falls through */
+#else
+#define UNLIKELY(c) (c)
+#endif
+
 /* tanh(x) ≈ x·P(x²)/Q(x²), |error| < {TANH_MAX_ERROR:g} (firmware_export/activations.py). */
 static float ACTIVATION(float x) {{
-  if (!(fabsf(x) <= {clamp})) x = x > 0.0f ? {clamp} : -{clamp};
+  if (UNLIKELY(!(fabsf(x) <= {clamp}))) x = x > 0.0f ? {clamp} : -{clamp};
   const float z = x * x;
   const float p = {horner(TANH_P)};
   const float q = {horner(TANH_Q)};

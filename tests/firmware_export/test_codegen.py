@@ -64,10 +64,13 @@ def test_int8_matches_integer_reference(tmp_path, hover_policy, int8_policy, rol
     ref = int8_forward(int8_policy, obs)
     assert np.mean(np.all(actions == ref, axis=1)) >= 0.99
     assert np.abs(actions - ref).max() <= 0.01
-    # Against the float policy, no worse than the reference int8 scheme (+ that rounding).
-    err_c = np.abs(actions - forward(hover_policy, obs)).max()
-    err_ref = np.abs(ref - forward(hover_policy, obs)).max()
-    assert err_c <= err_ref + 0.01 and err_c < 0.1, (err_c, err_ref)
+    # Against the float policy, no worse than the reference int8 scheme (+ that rounding); its
+    # worst case depends on the checkpoint (held-out states outside the calibrated ranges), the
+    # typical error is small.
+    err_c = np.abs(actions - forward(hover_policy, obs))
+    err_ref = np.abs(ref - forward(hover_policy, obs))
+    assert err_c.max() <= err_ref.max() + 0.01, (err_c.max(), err_ref.max())
+    assert np.quantile(err_c, 0.99) <= np.quantile(err_ref, 0.99) + 0.005 < 0.2
 
 
 def _alive_episodes(episode_obs: np.ndarray, steps: int) -> list[int]:
@@ -137,6 +140,43 @@ def test_reference_network_without_history(tmp_path):
     np.testing.assert_array_equal(
         host_actions(exe8, obs), int8_model.forward(int8_model.build(q), obs)
     )
+
+
+def test_int8_weight_stream_decodes_to_the_dot_product():
+    """The kernel's packed words (two outputs' int8 weights per int16 half): SMLAD of a word and
+    of its SXTB16 with the input pairs gives back x·W + b exactly, extremes included."""
+    rng = np.random.default_rng(5)
+    n_in, n_out, rows = 13, 16, codegen.INT8_ROWS
+    w = rng.integers(-127, 128, (n_in, n_out)).astype(np.int8)
+    w[0], w[1] = -127, 127
+    b = rng.integers(-50_000, 50_000, n_out).astype(np.int32)
+    stream = codegen._int8_stream(int8_model.Layer(w, b, None, None), rows).astype(np.int64)
+    x = rng.integers(-127, 128, (64, n_in + 1))
+    x[:, n_in] = 0  # the odd input count's padding
+    x[0] = 127
+
+    def halves(v):  # uint32 -> (int16 low, int16 high)
+        return ((v & 0xFFFF) ^ 0x8000) - 0x8000, ((v >> 16) ^ 0x8000) - 0x8000
+
+    def sxtb16(v):  # bytes 0 and 2, sign-extended to 16 bits
+        return ((v & 0xFF ^ 0x80) - 0x80) & 0xFFFF | (
+            ((v >> 16 & 0xFF ^ 0x80) - 0x80) & 0xFFFF
+        ) << 16
+
+    pairs, out = rows // 2, np.zeros((len(x), n_out), np.int64)
+    for blk, words in enumerate(stream):
+        s, a = words[0:rows:2].copy(), words[1:rows:2].copy()
+        s, a = s[None] + 0 * x[:, :1], a[None] + 0 * x[:, :1]
+        for k in range(-(-n_in // 2)):
+            wk = words[rows + pairs * k : rows + pairs * (k + 1)]
+            lo, hi = halves(wk)
+            slo, shi = halves(sxtb16(wk))
+            s = s + lo * x[:, 2 * k, None] + hi * x[:, 2 * k + 1, None]
+            a = a + slo * x[:, 2 * k, None] + shi * x[:, 2 * k + 1, None]
+        a = ((a & 0xFFFFFFFF) ^ 2**31) - 2**31
+        out[:, blk * rows : (blk + 1) * rows : 2] = a
+        out[:, blk * rows + 1 : (blk + 1) * rows : 2] = ((s - a) & 0xFFFFFFFF ^ 2**31) - 2**31 >> 8
+    np.testing.assert_array_equal(out, x[:, :n_in] @ w.astype(np.int64) + b)
 
 
 def test_tanh_approximation_error():
