@@ -11,16 +11,15 @@ deviation between the two flights. Protocol: `deploy.serial_protocol`; target:
 The JAX flight sees what the firmware sees: the 18 state values and an action history that the
 controller keeps itself, starting at the nominal hover action (as the env's own does).
 
-Measured on the final hover checkpoint (12 episodes of 5 s, seeds 12345, 1, 2; `run_hil(...,
-episodes=4, seed=s)` for float32 and int8 exports of `firmware_export.codegen.generate_c`):
-- float32: per-step |Δaction| vs the JAX policy ≤ 6.6e-7; position deviation ≤ 1.0 mm over the
-  first 2 s, 1.6–5.6 cm at most over 5 s. The closed loop amplifies any difference about tenfold
-  per second: the JAX flight itself with N(0, σ≈1e-7) action noise deviates 1.9–4.4 cm
-  (`sensitivity_max_m`), so 1 cm over 5 s is out of reach without bit-exactness with XLA.
-- int8: |Δaction| ≤ 0.28, deviation 4.6–6.8 cm (reached within 1–2 s, then flat), same success
-  rate, position RMSE within 4 mm of the JAX flight.
-Bounds held by the tests: float32 ≤ DEVIATION_F32_M over the first F32_HORIZON_S and
-≤ DEVIATION_MAX_M over 5 s; int8 ≤ DEVIATION_MAX_M.
+Measured on the shipped checkpoint (the README main job; `hoverfly deploy hil RUN --firmware DIR
+--seconds 5 --episodes 8 --json` on float32 and int8 exports of `hoverfly firmware-export`):
+- float32: per-step |Δaction| vs the JAX policy ≤ 5.4e-7; position deviation ≤ 2.1 mm over 5 s
+  (8 episodes), same success and RMSE within 1e-6 m. The closed loop amplifies differences: the
+  JAX flight with N(0, σ = |Δaction|) action noise deviates 4.2 mm (`sensitivity_max_m`); a less
+  damped earlier policy amplified them ~10× per second (1.6–5.6 cm over 5 s).
+- int8: |Δaction| ≤ 0.12, deviation ≤ 3.8 cm (reached within 2 s, then flat), same success.
+Bounds held by the tests: float32 ≤ DEVIATION_F32_M over the whole flight, int8 ≤
+DEVIATION_INT8_M.
 Round trips (lock-step, 2 busy cores): p50 3–7 ms, p95 4–14 ms over a pty.
 """
 
@@ -79,8 +78,9 @@ lock-step host on a busy machine is not real time."""
 BOOT_TIMEOUT_S = 20.0
 REPLY_TIMEOUT_S = 2.0
 DEVIATION_F32_M = 0.01
-F32_HORIZON_S = 2.0
-DEVIATION_MAX_M = 0.1
+"""Float32 firmware vs the JAX flight, m (the issue's bound: 1 cm over 5 s)."""
+DEVIATION_INT8_M = 0.1
+"""Int8 firmware vs the float JAX flight, m (measured ≤ 3.8 cm over 8 episodes of 5 s)."""
 
 SerialKind = Literal["pty", "tcp"]
 
