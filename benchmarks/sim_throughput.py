@@ -7,9 +7,9 @@ Ours, for each batch size (parallel envs), timed as `steps` env steps inside one
                   a fixed hover + N(0, 0.05) action per env; every call restarts from hover.
   env             the full RL step: `make_env("quadrotor-hover")` (domain randomization) under
                   `wrap_for_training` (vmap, auto-reset, 500-step episodes): dynamics, action
-                  history (32), noisy actor and privileged critic observations, reward terms,
-                  termination, a fresh random reset computed for every env every step; fixed
-                  hover + noise actions.
+                  history (the default, 8), noisy actor and privileged critic observations,
+                  reward terms, termination, a fresh random reset of the finished envs only;
+                  fixed hover + noise actions.
   policy_rollout  `env` with a 64-64 tanh MLP actor (`policies.make_actor_critic`,
                   deterministic `make_policy`) choosing the actions from the observations.
 The peer (`benchmarks/l2f_peer.py`, CPU only, optional) runs in one subprocess per OpenMP thread
@@ -246,8 +246,8 @@ INCLUDES = {
     "renormalization and rpm clamp; per-env params and disturbance; fixed actions.",
     "env": "dynamics + the default action history, noisy actor obs and privileged obs (sizes in "
     "each result's observation_sizes), reward "
-    "terms, termination, episode limit 500, domain randomization and a full random reset "
-    "evaluated for every env every step (selected where done); fixed actions.",
+    "terms, termination, episode limit 500, domain randomization and a fresh random reset of "
+    "the finished envs only (resets_per_env_step says how many); fixed actions.",
     "policy_rollout": "env + deterministic 64-64 tanh MLP actor with observation "
     "normalization choosing every action.",
 }

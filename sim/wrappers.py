@@ -1,8 +1,9 @@
 """Training wrappers: episode limit, auto-reset, batching (after brax `envs/wrappers/training.py`).
 
-Order: `VmapWrapper(AutoResetWrapper(EpisodeWrapper(env)))`; everything inside the vmap is
-unbatched. Auto-reset draws a *fresh* initial state (new key from `info["rng"]`) instead of
-replaying the first one, and carries `info["progress"]` (the curriculum) across resets.
+Order: `AutoResetWrapper(VmapWrapper(EpisodeWrapper(env)))`; everything inside the vmap is
+unbatched, auto-reset works on the batch so that it resets only the finished envs. It draws a
+*fresh* initial state (new key from `info["rng"]`) instead of replaying the first one, and carries
+`info["progress"]` (the curriculum) across resets.
 """
 
 from __future__ import annotations
@@ -34,47 +35,83 @@ class EpisodeWrapper(Wrapper):
 
 
 class AutoResetWrapper(Wrapper):
-    """Replaces a finished episode by a freshly sampled one within the same `step` call.
+    """Replaces the finished episodes of a *batched* env by freshly sampled ones in `step`.
 
+    Goes outside the vmap (brax's order): `AutoResetWrapper(VmapWrapper(EpisodeWrapper(env)))`,
+    all state leaves `[B, ...]`. After the batched step it resets only the envs with `done`:
+    `jnp.nonzero(done, size=K)` picks up to `K = chunk_size` of them, their reset keys are
+    gathered, the inner (batched) `reset` runs on those K keys and the result is scattered back;
+    a `lax.while_loop` repeats this while finished envs remain (zero iterations, so no reset work,
+    when none finished). `K` only trades loop trips for padding; the result does not depend on it.
+
+    Env i's reset key is `split(info["rng"][i])[1]` and its next in-step key `split(...)[0]`, the
+    keys of the former per-env (vmapped, reset-every-env-every-step) wrapper: states, keys and
+    dones are bitwise those of that wrapper, observations within 1 ulp (`tests/sim/test_wrappers.py`
+    keeps it as the oracle).
     The returned state keeps `reward`, `done` and `metrics` of the finishing transition, and
-    `info["episode_done"]`, `info["episode_metrics"]` hold the finished episode's summary.
+    `info["progress"]` (the curriculum); `info["episode_done"]`, `info["last_return"]`,
+    `info["last_length"]` hold the finished episode's summary.
     """
+
+    # Set after the reset loop, so not scattered from the fresh states.
+    _KEPT_INFO = (
+        "rng",
+        "progress",
+        "truncation",
+        "episode_return",
+        "episode_length",
+        "episode_done",
+        "last_return",
+        "last_length",
+    )
+
+    def __init__(self, env: Env, chunk_size: int | None = None):
+        super().__init__(env)
+        self.chunk_size = chunk_size  # envs reset per loop trip; None: max(32, B // 64), ≤ B
 
     def reset(self, rng: jax.Array) -> State:
         state = self.env.reset(rng)
-        return state.replace(info={**state.info, **self._zero_episode(state)})
+        z = jnp.zeros_like(state.done)
+        names = ("episode_return", "episode_length", "episode_done", "last_return", "last_length")
+        return state.replace(info={**state.info, **dict.fromkeys(names, z)})
 
-    @staticmethod
-    def _zero_episode(state: State) -> dict:
-        z = jnp.zeros(())
-        return {
-            "episode_return": z,
-            "episode_length": z,
-            "episode_done": z,
-            "last_return": z,
-            "last_length": z,
-        }
+    def _chunk(self, batch: int) -> int:
+        return min(batch, self.chunk_size or max(32, batch // 64))
 
     def step(self, state: State, action: jax.Array) -> State:
         nstate = self.env.step(state, action)
+        if nstate.done.ndim != 1:
+            raise ValueError(
+                f"AutoResetWrapper needs a batched env (done [B], got {nstate.done.shape}); "
+                "wrap as AutoResetWrapper(VmapWrapper(...))"
+            )
+        done = nstate.done > 0
+        n = done.shape[0]
+        k = self._chunk(n)
+        keys = jax.vmap(jax.random.split)(nstate.info["rng"])  # [B, 2] (raw keys: [B, 2, 2])
+        rng, key_reset = keys[:, 0], keys[:, 1]
+
+        def reset_chunk(carry):
+            data, obs, info, pending = carry
+            (idx,) = jnp.nonzero(pending, size=k, fill_value=n)  # [K]; n pads, dropped below
+            fresh = self.env.reset(key_reset[jnp.minimum(idx, n - 1)])
+
+            def put(a, b):
+                return a.at[idx].set(b, mode="drop")
+
+            data = jax.tree.map(put, data, fresh.data)
+            obs = jax.tree.map(put, obs, fresh.obs)
+            new = {name: v for name, v in fresh.info.items() if name not in self._KEPT_INFO}
+            info = {**info, **jax.tree.map(put, {name: info[name] for name in new}, new)}
+            return data, obs, info, put(pending, False)
+
+        carry = (nstate.data, nstate.obs, nstate.info, done)
+        data, obs, info, _ = jax.lax.while_loop(lambda c: jnp.any(c[3]), reset_chunk, carry)
         ret = state.info["episode_return"] + nstate.reward
         length = state.info["episode_length"] + 1.0
-        rng, key_reset = jax.random.split(nstate.info["rng"])
-        fresh = self.env.reset(key_reset)
-        fresh = fresh.replace(
-            info={**nstate.info, **fresh.info, "progress": nstate.info["progress"]}
-        )
-        done = nstate.done > 0
-
-        def pick(a, b):
-            return jnp.where(jnp.reshape(done, done.shape + (1,) * (a.ndim - done.ndim)), a, b)
-
-        data = jax.tree.map(pick, fresh.data, nstate.data)
-        obs = jax.tree.map(pick, fresh.obs, nstate.obs)
-        info = jax.tree.map(pick, fresh.info, nstate.info)
         info.update(
             rng=rng,
-            truncation=nstate.info.get("truncation", jnp.zeros(())),
+            truncation=nstate.info.get("truncation", jnp.zeros_like(nstate.done)),
             episode_return=jnp.where(done, 0.0, ret),
             episode_length=jnp.where(done, 0.0, length),
             episode_done=nstate.done,
@@ -96,4 +133,4 @@ class VmapWrapper(Wrapper):
 
 def wrap_for_training(env: Env, episode_length: int) -> Env:
     """The standard training stack over an (already randomized) unbatched env."""
-    return VmapWrapper(AutoResetWrapper(EpisodeWrapper(env, episode_length)))
+    return AutoResetWrapper(VmapWrapper(EpisodeWrapper(env, episode_length)))

@@ -2,7 +2,7 @@
 
 What the installed versions allow (brax 0.14.2, jax 0.10.2):
 - works: `VmapWrapper` (with and without `batch_size`), `EpisodeWrapper` over it, brax's
-  `EpisodeWrapper` under our `AutoResetWrapper`/`VmapWrapper`, and brax's PPO trainer with that
+  `EpisodeWrapper` under our `VmapWrapper`/`AutoResetWrapper`, and brax's PPO trainer with that
   stack once `jax.device_put_replicated` is shimmed (test marked slow).
 - fails, upstream: brax's PPO calls `jax.device_put_replicated`, removed in jax 0.10.
 - fails, our contract: brax's `AutoResetWrapper` (hence `envs.training.wrap` and the PPO default
@@ -75,8 +75,8 @@ def test_brax_episode_wrapper(env):
 
 
 def test_brax_episode_wrapper_under_our_auto_reset(env):
-    """The stack used to run brax's PPO: our Vmap/AutoReset around brax's EpisodeWrapper."""
-    wrapped = sim.VmapWrapper(sim.AutoResetWrapper(bw.EpisodeWrapper(env, 2, 1)))
+    """The stack used to run brax's PPO: our AutoReset/Vmap around brax's EpisodeWrapper."""
+    wrapped = sim.AutoResetWrapper(sim.VmapWrapper(bw.EpisodeWrapper(env, 2, 1)))
     s = wrapped.reset(raw_keys(3))
     first = np.asarray(s.obs["state"][:, :3])
     step = jnp.tile(env.default_action, (B, 1))
@@ -127,8 +127,8 @@ def test_brax_ppo_trains_on_our_env(env, monkeypatch):
     monkeypatch.setattr(jax, "device_put_replicated", device_put_replicated, raising=False)
 
     def wrap_env_fn(e, episode_length=10, action_repeat=1, **_):
-        return sim.VmapWrapper(
-            sim.AutoResetWrapper(bw.EpisodeWrapper(e, episode_length, action_repeat))
+        return sim.AutoResetWrapper(
+            sim.VmapWrapper(bw.EpisodeWrapper(e, episode_length, action_repeat))
         )
 
     make_policy, params, metrics = brax_ppo.train(

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim import AutoResetWrapper, EpisodeWrapper, VmapWrapper, wrap_for_training
+import sim
+from sim import AutoResetWrapper, EpisodeWrapper, State, VmapWrapper, Wrapper, wrap_for_training
 from sim.quadrotor import (
     DomainRandomization,
     InitConfig,
@@ -62,21 +63,37 @@ def test_episode_wrapper_termination_is_not_truncation(quiet_config):
     assert float(s.done) == 1 and float(s.info["truncation"]) == 0
 
 
+def _batch1(env):
+    """`AutoResetWrapper` over a batch of one env, with unbatched states in and out."""
+    wrapped = AutoResetWrapper(VmapWrapper(env))
+
+    def add(s):
+        return jax.tree.map(lambda x: x[None], s)
+
+    def drop(s):
+        return jax.tree.map(lambda x: x[0], s)
+
+    return (
+        lambda key: drop(wrapped.reset(key[None])),
+        lambda s, a: drop(wrapped.step(add(s), a[None])),
+    )
+
+
 def test_auto_reset_draws_a_fresh_state(moving_config):
     inner = EpisodeWrapper(DomainRandomization(QuadrotorEnv(moving_config)), episode_length=3)
-    env = AutoResetWrapper(inner)
-    s0 = env.reset(jax.random.key(1))
+    reset, step = _batch1(inner)
+    s0 = reset(jax.random.key(1))
     s0 = s0.replace(info={**s0.info, "progress": jnp.float32(0.37)})
-    a = env.default_action
+    a = inner.default_action
     s, rewards = s0, []
     for _ in range(2):
         plain = inner.step(s, a)
-        s = env.step(s, a)
+        s = step(s, a)
         rewards.append(float(s.reward))
         assert float(s.done) == 0 and leaves_equal(s.data, plain.data)
         assert leaves_equal(s.obs, plain.obs)
     plain = inner.step(s, a)  # what the finishing transition looks like without auto-reset
-    s = env.step(s, a)
+    s = step(s, a)
     rewards.append(float(s.reward))
     # The finishing transition's reward, done and metrics are kept ...
     assert float(s.done) == 1 and float(s.info["truncation"]) == 1
@@ -94,16 +111,120 @@ def test_auto_reset_draws_a_fresh_state(moving_config):
     np.testing.assert_allclose(s.obs["state"][:3], pos(s), atol=1e-6)  # obs belongs to it
     assert float(s.info["progress"]) == pytest.approx(0.37)  # the curriculum survives
     # The next step continues the new episode.
-    s = env.step(s, a)
+    s = step(s, a)
     assert float(s.done) == 0 and int(s.info["steps"]) == 1
     assert float(s.info["episode_length"]) == 1 and float(s.info["last_length"]) == 3
 
 
 def test_auto_reset_after_termination(moving_config):
-    env = AutoResetWrapper(EpisodeWrapper(QuadrotorEnv(moving_config), episode_length=100))
-    s = env.step(_out_of_bounds(env.reset(jax.random.key(2))), env.default_action)
+    inner = EpisodeWrapper(QuadrotorEnv(moving_config), episode_length=100)
+    reset, step = _batch1(inner)
+    s = step(_out_of_bounds(reset(jax.random.key(2))), inner.default_action)
     assert float(s.done) == 1 and float(s.info["truncation"]) == 0
     assert np.abs(pos(s)).max() <= 0.5 and float(s.info["last_length"]) == 1
+
+
+def test_auto_reset_needs_a_batched_env(moving_config):
+    env = VmapWrapper(AutoResetWrapper(EpisodeWrapper(QuadrotorEnv(moving_config), 10)))
+    s = env.reset(jax.random.split(jax.random.key(0), B))
+    with pytest.raises(ValueError, match="batched env"):
+        env.step(s, jnp.zeros((B, 4)))
+
+
+class _DenseAutoReset(Wrapper):
+    """The former auto-reset, the oracle: per env (inside the vmap), computes a fresh reset for
+    every env on every step and selects it where done."""
+
+    def reset(self, rng: jax.Array) -> State:
+        state = self.env.reset(rng)
+        z = jnp.zeros(())
+        names = ("episode_return", "episode_length", "episode_done", "last_return", "last_length")
+        return state.replace(info={**state.info, **dict.fromkeys(names, z)})
+
+    def step(self, state: State, action: jax.Array) -> State:
+        nstate = self.env.step(state, action)
+        ret = state.info["episode_return"] + nstate.reward
+        length = state.info["episode_length"] + 1.0
+        rng, key_reset = jax.random.split(nstate.info["rng"])
+        fresh = self.env.reset(key_reset)
+        fresh = fresh.replace(
+            info={**nstate.info, **fresh.info, "progress": nstate.info["progress"]}
+        )
+        done = nstate.done > 0
+
+        def pick(a, b):
+            return jnp.where(jnp.reshape(done, done.shape + (1,) * (a.ndim - done.ndim)), a, b)
+
+        info = jax.tree.map(pick, fresh.info, nstate.info)
+        info.update(
+            rng=rng,
+            truncation=nstate.info["truncation"],
+            episode_return=jnp.where(done, 0.0, ret),
+            episode_length=jnp.where(done, 0.0, length),
+            episode_done=nstate.done,
+            last_return=jnp.where(done, ret, state.info["last_return"]),
+            last_length=jnp.where(done, length, state.info["last_length"]),
+        )
+        return nstate.replace(
+            data=jax.tree.map(pick, fresh.data, nstate.data),
+            obs=jax.tree.map(pick, fresh.obs, nstate.obs),
+            info=info,
+        )
+
+
+def _rollout(env, key, n_envs: int, steps: int):
+    """jit-able: `steps` random-action steps; returns the final state and the per-step outputs."""
+    key_reset, key_act = jax.random.split(key)
+    s = env.reset(jax.random.split(key_reset, n_envs))
+    s = s.replace(info={**s.info, "progress": jnp.full((n_envs,), 0.3)})
+    actions = jax.random.uniform(key_act, (steps, n_envs, 4), minval=-1.0, maxval=1.0)
+    actions = actions.at[:, ::3].set(1.0)  # every third env climbs out of bounds (terminates)
+
+    def body(s, a):
+        s = env.step(s, a)
+        return s, (s.obs, s.reward, s.done, s.info["truncation"], s.info["last_return"])
+
+    return jax.lax.scan(body, s, actions)
+
+
+@pytest.mark.parametrize("chunk_size", [3, None])
+def test_sparse_auto_reset_equals_dense(chunk_size):
+    """Resetting only the finished envs (in chunks) reproduces the former reset-everything."""
+    n_envs, steps = 64, 300
+    inner = EpisodeWrapper(sim.make_env("quadrotor-hover"), episode_length=60)
+    dense = VmapWrapper(_DenseAutoReset(inner))
+    sparse = AutoResetWrapper(VmapWrapper(inner), chunk_size=chunk_size)
+    key = jax.random.key(5)
+    want = jax.jit(lambda k: _rollout(dense, k, n_envs, steps))(key)
+    got = jax.jit(lambda k: _rollout(sparse, k, n_envs, steps))(key)
+    done, trunc = np.asarray(got[1][2]) > 0, np.asarray(got[1][3]) > 0
+    assert (done & ~trunc).sum() > 50 and trunc.sum() > 100  # terminations and time-outs
+    assert (done.sum(1) > 3).sum() > 10 and (done.sum(1) == 0).any()  # several trips; none
+    # Bitwise: dynamics state, parameters, disturbances, keys, done, every info entry.
+    (gs, (gobs, grew, *gout)), (ws, (wobs, wrew, *wout)) = got, want
+    assert leaves_equal(
+        (gs.data.replace(actions=None), gs.info, gs.done, gout),
+        (ws.data.replace(actions=None), ws.info, ws.done, wout),
+    )
+    # The fresh action history (hence obs, and the action reward) is the hover command
+    # 2·hover_u − 1, a constant that XLA folds or computes (sqrt) differently in the two
+    # programs: 1 ulp apart.
+    for a, b in zip(
+        jax.tree.leaves((gs.data.actions, gs.obs, gobs, grew)),
+        jax.tree.leaves((ws.data.actions, ws.obs, wobs, wrew)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_auto_reset_vmaps_over_seeds():
+    """Under vmap (PPO's seed sweep) the while_loop runs until every seed's envs are reset."""
+    env = wrap_for_training(sim.make_env("quadrotor-hover"), episode_length=9)
+    keys = jax.random.split(jax.random.key(6), 2)
+    both = jax.jit(jax.vmap(lambda k: _rollout(env, k, 16, 30)))(keys)
+    one = jax.jit(lambda k: _rollout(env, k, 16, 30))
+    for i in range(2):
+        assert leaves_equal(jax.tree.map(lambda x, i=i: x[i], both), one(keys[i]))
 
 
 def test_vmap_wrapper_equals_per_env_calls(moving_config):
