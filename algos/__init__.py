@@ -1,4 +1,4 @@
-"""Learners (ppo/; sac/ and residual/ arrive later), presets, evaluation and the run folder."""
+"""Learners (ppo/, sac/; residual/ arrives later), presets, evaluation and the run folder."""
 
 from algos.presets import PRESETS, EvalConfig, TrainConfig, get_preset
 

@@ -21,7 +21,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,10 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
+from algos import ppo, sac
 from algos.config_io import ConfigError, from_dict, to_dict
-from algos.ppo import make_network
-from algos.presets import TrainConfig
-from policies import ActorCritic
+from algos.presets import ALGOS, TrainConfig
+from policies import ActorCritic, make_policy
+from policies.sac import SACNetworks, make_sac_policy
 from sim import Env, make_env
 
 CONFIG = "config.json"
@@ -70,14 +71,20 @@ def remove_stale_temp_files(run_dir: Path) -> None:
 
 
 # -- config.json ------------------------------------------------------------------------------
+def run_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as a dict without the settings of the learners it does not use (a PPO run's
+    config.json and hash are those written before SAC existed)."""
+    return {k: v for k, v in to_dict(cfg).items() if k not in ALGOS or k == cfg.algo}
+
+
 def config_hash(cfg: TrainConfig) -> str:
-    """sha256 (first 16 hex digits) of the canonical JSON of the resolved config."""
-    text = json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"))
+    """sha256 (first 16 hex digits) of the canonical JSON of `run_dict(cfg)`."""
+    text = json.dumps(run_dict(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
-    doc = {"format": CONFIG_FORMAT, "config_hash": config_hash(cfg), "config": to_dict(cfg)}
+    doc = {"format": CONFIG_FORMAT, "config_hash": config_hash(cfg), "config": run_dict(cfg)}
     atomic_write(Path(run_dir) / CONFIG, json.dumps(doc, indent=2) + "\n")
 
 
@@ -106,8 +113,8 @@ def read_config(run_dir: Path) -> TrainConfig:
 
 
 def config_diff(a: TrainConfig, b: TrainConfig) -> list[tuple[str, Any, Any]]:
-    """[(dotted field name, value in a, value in b)] for every field that differs."""
-    fa, fb = _flatten(to_dict(a)), _flatten(to_dict(b))
+    """[(dotted field name, value in a, value in b)] for every field of `run_dict` that differs."""
+    fa, fb = _flatten(run_dict(a)), _flatten(run_dict(b))
     return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
@@ -325,24 +332,37 @@ def _float(s: str) -> float:
 class Run(NamedTuple):
     """A trained run rebuilt from its folder alone.
 
-    config: resolved TrainConfig. params: actor-critic params (normalizers included).
-    network: the ActorCritic (`policies.make_policy(network, params, deterministic=True)`).
+    config: resolved TrainConfig. params: the learner's params (normalizers included; the actor
+    under "actor", its input normalizer under "obs_norm").
+    network: PPO's ActorCritic or SAC's SACNetworks; `make_run_policy(config.algo, network,
+    params)` is the deterministic policy of either (PPO: `policies.make_policy`).
     env: the unbatched training env (domain randomization included). update: the checkpoint's
     completed updates. path: the run folder.
     """
 
     config: TrainConfig
     params: Any
-    network: ActorCritic
+    network: ActorCritic | SACNetworks
     env: Env
     update: int
     path: Path
 
 
-def make_env_and_network(cfg: TrainConfig) -> tuple[Env, ActorCritic]:
+def make_env_and_network(cfg: TrainConfig) -> tuple[Env, ActorCritic | SACNetworks]:
     """The unbatched training env and the (untrained) network a config describes."""
     env = make_env(cfg.task, cfg.env, cfg.randomization)
-    return env, make_network(cfg.ppo, env)
+    learner = ppo if cfg.algo == "ppo" else sac
+    return env, learner.make_network(cfg.learner, env)
+
+
+def make_run_policy(
+    algo: str, network: ActorCritic | SACNetworks, params: Any, deterministic: bool = True
+) -> Callable:
+    """policy(obs [..., obs], key) -> (action [..., A] in [−1, 1], extras) of a run's learner:
+    PPO's clipped Gaussian mean, SAC's tanh(mean) (sampled ones with `deterministic=False`)."""
+    if algo == "sac":
+        return make_sac_policy(network, params, deterministic)
+    return make_policy(network, params, deterministic)
 
 
 def load_run(run_dir: Path, checkpoint: Path | None = None) -> Run:

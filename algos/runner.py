@@ -24,9 +24,9 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from algos import ppo, sac
 from algos.config_io import from_dict, to_dict
 from algos.evaluate import eval_steps, plot_trajectories, rollout, summarize
-from algos.ppo import TrainState, make_train
 from algos.presets import TrainConfig
 from algos.run_folder import (
     CONFIG,
@@ -42,6 +42,7 @@ from algos.run_folder import (
     latest_checkpoint,
     load_checkpoint,
     load_run,
+    make_run_policy,
     read_config,
     read_json,
     read_metrics,
@@ -50,7 +51,6 @@ from algos.run_folder import (
     trim_metrics,
     write_config,
 )
-from policies import make_policy
 from sim import make_env
 
 LOG = "run.log"
@@ -158,7 +158,8 @@ def train(
         cfg.validate()
         _validate_run_fields(cfg)
         env = make_env(cfg.task, cfg.env, cfg.randomization)
-        trainer = make_train(cfg.ppo, env, cfg.env.episode_steps)
+        learner = ppo if cfg.algo == "ppo" else sac
+        trainer = learner.make_train(cfg.learner, env, cfg.env.episode_steps)
     except ValueError as e:
         raise RunError(str(e)) from None
     cfg_hash = _open_run(cfg, run_dir)
@@ -167,7 +168,7 @@ def train(
     if ckpt_path is not None:  # validated before anything in the folder changes
         like = jax.eval_shape(init, jax.random.key(cfg.seed))
         ckpt = load_checkpoint(ckpt_path, like.params, like.opt_state, cfg_hash)
-    total, log = cfg.ppo.num_updates, _Log(run_dir, console)
+    total, log = cfg.learner.num_updates, _Log(run_dir, console)
     if ckpt is not None and ckpt.update >= total:
         log(f"run {run_dir} is complete ({ckpt.update}/{total} updates); not retraining")
         return TrainResult(ckpt.update, total, _final_eval(run_dir, ckpt.update, log, console))
@@ -182,7 +183,7 @@ def train(
     if update < total:
         log(f"stopped at update {update}/{total}; run the same command again to resume")
         return TrainResult(update, total, None)
-    log(f"training complete: {update} updates, {update * cfg.ppo.batch_size:,} env steps")
+    log(f"training complete: {update} updates, {update * cfg.steps_per_update:,} env steps")
     return TrainResult(update, total, _final_eval(run_dir, update, log, console))
 
 
@@ -198,16 +199,20 @@ def _validate_run_fields(cfg: TrainConfig) -> None:
         raise ValueError("eval needs episodes ≥ 1 and 0 < settle_seconds ≤ seconds")
 
 
-def _start_state(init, cfg: TrainConfig, ckpt: Checkpoint | None, cfg_hash: str, log) -> TrainState:
-    """A fresh train state, or the checkpoint's with env states re-initialized."""
+def _start_state(init, cfg: TrainConfig, ckpt: Checkpoint | None, cfg_hash: str, log):
+    """A fresh train state (PPO's or SAC's), or the checkpoint's with env states (and SAC's
+    replay buffer) re-initialized."""
+    total = cfg.learner.num_updates
     if ckpt is None:
         log(
-            f"start {cfg.task} · {cfg.ppo.num_updates} updates × {cfg.ppo.batch_size:,} env "
+            f"start {cfg.task} · {cfg.algo} · {total} updates × {cfg.steps_per_update:,} env "
             f"steps · seed {cfg.seed} · config {cfg_hash}"
         )
         return init(jax.random.key(cfg.seed))
-    log(f"resume from {ckpt.path.name} (update {ckpt.update}/{cfg.ppo.num_updates})")
-    # Env states are not checkpointed: fresh ones from a key derived from the checkpoint's.
+    refill = f"; replay refills to {cfg.sac.learning_starts:,}" if cfg.algo == "sac" else ""
+    log(f"resume from {ckpt.path.name} (update {ckpt.update}/{total}{refill})")
+    # Env states and the replay buffer are not checkpointed: fresh ones from a key derived
+    # from the checkpoint's.
     fresh = init(jax.random.fold_in(ckpt.key, ckpt.update))
     return fresh.replace(
         params=jax.tree.map(jnp.asarray, ckpt.params),
@@ -236,10 +241,25 @@ def _open_run(cfg: TrainConfig, run_dir: Path) -> str:
     return config_hash(cfg)
 
 
-def _loop(update_fn, cfg, run_dir, ts: TrainState, end, cfg_hash, log, console, timing):
+def _jit_update(update_fn):
+    """`jax.jit(update_fn)`, donating a replay buffer in the state (SAC's) so that it is written
+    in place; the rest of the state is not donated, so the last logged state stays valid for the
+    checkpoint written on an interrupt."""
+
+    @jax.jit
+    def plain(ts):
+        return update_fn(ts)
+
+    donating = jax.jit(lambda replay, ts: update_fn(ts.replace(replay=replay)), donate_argnums=0)
+    return lambda ts: (
+        donating(ts.replay, ts.replace(replay=None)) if hasattr(ts, "replay") else plain(ts)
+    )
+
+
+def _loop(update_fn, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
     """Runs updates until `end`; one metrics row per update, checkpoints every few."""
-    update_fn = jax.jit(update_fn)
-    batch, total, start = cfg.ppo.batch_size, cfg.ppo.num_updates, int(ts.update)
+    update_fn = _jit_update(update_fn)
+    batch, total, start = cfg.steps_per_update, cfg.learner.num_updates, int(ts.update)
     metrics_log = MetricsLog(run_dir)
     previous = read_metrics(run_dir)
     wall0 = previous[-1].get("wall_time_s", 0.0) if previous else 0.0
@@ -379,7 +399,7 @@ def evaluate_run(
     steps, settle = eval_steps(cfg, run.env.dt)
 
     def run_episodes(params, key):
-        policy = make_policy(run.network, params, deterministic=True)
+        policy = make_run_policy(run.config.algo, run.network, params, deterministic=True)
         return rollout(run.env, policy, key, n, steps)
 
     cache_before, t0 = _cache_entries(), time.perf_counter()

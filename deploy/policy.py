@@ -107,6 +107,11 @@ def load_policy(run_dir: Path) -> DensePolicy:
 
 def policy_from_run(run: Run) -> DensePolicy:
     cfg = run.config
+    if cfg.algo != "ppo":
+        raise RunError(
+            f"{run.path}: exporting {cfg.algo} runs is not supported yet (its actor ends in "
+            "tanh, not a clip); export a PPO run"
+        )
     env_cfg = cfg.env
     net = cfg.ppo.network
     dense = run.params["actor"]["params"]

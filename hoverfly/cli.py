@@ -1,6 +1,6 @@
 """The `hoverfly` command: tyro subcommands, each a few lines calling `algos.runner`.
 
-  hoverfly train TASK --out RUN [--preset cpu|gpu] [--seed 3] [--ppo.total-timesteps N] ...
+  hoverfly train TASK --out RUN [--algo ppo|sac] [--preset cpu|gpu] [--seed 3] [--ppo.num-envs N]
   hoverfly eval RUN [--episodes N] [--json]
   hoverfly export RUN --format onnx [--precision fp32|fp16|int8|fp8] --out FILE [--force]
   hoverfly firmware-export RUN --target stm32f405|host|crazyflie --precision f32|int8 --out DIR
@@ -8,7 +8,8 @@
   hoverfly deploy crazyflie RUN --uri URI
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
-line is parsed once to learn the task and the preset, then again with that preset as the default.
+line is parsed once to learn the task, the preset and the algo, then again with that preset (for
+that algo) as the default.
 Bad input (unknown task, bad run folder) exits with status 2 and one line on stderr.
 """
 
@@ -230,7 +231,7 @@ def _format_report(report: dict, width: int = 100) -> str:
 
 
 def parse(argv: Sequence[str]) -> Train | Eval | Export | FirmwareExport | Deploy:
-    """Parses `argv`; for `train`, the defaults are the preset of the requested task."""
+    """Parses `argv`; for `train`, the defaults are the preset of the requested task and algo."""
     default = _train_default(next(iter(TASKS)), "cpu")
     try:  # first pass: only to learn the task and the preset (so --out is not required in it)
         first, _ = tyro.cli(
@@ -245,13 +246,13 @@ def parse(argv: Sequence[str]) -> Train | Eval | Export | FirmwareExport | Deplo
     except SystemExit:
         first = None
     if isinstance(first, Train):
-        default = _train_default(first.task, first.preset)
+        default = _train_default(first.task, first.preset, first.config.algo)
     return tyro.cli(_commands(default), args=argv, prog="hoverfly", registry=_REGISTRY)
 
 
-def _train_default(task: str, preset: str) -> Train:
+def _train_default(task: str, preset: str, algo: str = "ppo") -> Train:
     try:
-        cfg = get_preset(task, preset)
+        cfg = get_preset(task, preset, algo)
     except ValueError as e:
         raise RunError(str(e)) from None
     return Train(task=tyro.MISSING, out=tyro.MISSING, preset=preset, config=cfg)  # type: ignore

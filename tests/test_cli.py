@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from algos import PRESETS
+from algos import PRESETS, get_preset
 from algos.run_folder import latest_checkpoint, read_metrics
 from hoverfly import cli
 
@@ -111,6 +111,20 @@ def test_overrides_build_the_train_config_on_the_preset():
     assert isinstance(ev, cli.Eval) and ev.episodes == 5 and ev.json
     with pytest.raises(SystemExit):  # the task is the positional argument only
         cli.parse(["train", "quadrotor-hover", "--out", "r", "--task", "quadrotor-track"])
+
+
+def test_algo_sac_takes_the_sac_preset_and_its_options():
+    cmd = cli.parse(
+        ["train", "quadrotor-hover", "--algo", "sac", "--out", "r", "--sac.num-envs", "8"]
+    )
+    want = get_preset("quadrotor-hover", "cpu", "sac")
+    assert cmd.config.algo == "sac" and cmd.config.sac.num_envs == 8
+    assert cmd.config.sac.utd_ratio == want.sac.utd_ratio and cmd.config.env == want.env
+    gpu = cli.parse(["train", "quadrotor-hover", "--preset", "gpu", "--algo", "sac", "--out", "r"])
+    assert gpu.config == get_preset("quadrotor-hover", "gpu", "sac")
+    assert cli.parse(["train", "quadrotor-hover", "--out", "r"]).config.algo == "ppo"
+    with pytest.raises(SystemExit):
+        cli.parse(["train", "quadrotor-hover", "--algo", "td3", "--out", "r"])
 
 
 def test_unknown_task_subprocess(tmp_path):

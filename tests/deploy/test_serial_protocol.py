@@ -7,7 +7,7 @@ import binascii
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from deploy import serial_protocol as sp
@@ -202,9 +202,13 @@ def test_burst_errors_in_payload_and_crc_are_never_accepted(frame, position, wid
 @FUZZ
 @given(frame_strategy(), st.integers(0, 200), frame_strategy())
 def test_truncated_frame_followed_by_a_valid_one(first, cut, second):
-    head = sp.encode_frame(*first)
-    head = head[: cut % len(head)]
-    events = parse_all(head + sp.encode_frame(*second), check_seq=False)
+    full = sp.encode_frame(*first)
+    head = full[: cut % len(full)]
+    stream = head + sp.encode_frame(*second)
+    # The cut bytes may be exactly the start of the next frame (a CRC ending in A5 5A ...): then
+    # the first frame is complete and valid, and no parser could call it truncated.
+    assume(not stream.startswith(full))
+    events = parse_all(stream, check_seq=False)
     frames = [e for e in events if isinstance(e, Frame)]
     assert frames and frames[-1].offset == len(head)
     assert (frames[-1].msg_type, frames[-1].seq, frames[-1].payload) == second
