@@ -13,13 +13,6 @@ from pathlib import Path
 import pytest
 
 PATH = Path(__file__).parents[2] / "benchmarks" / "seed_sweep.py"
-TINY = [
-    "ppo.total_timesteps=4096",
-    "ppo.num_envs=64",
-    "ppo.unroll_length=32",
-    "ppo.network.critic_hidden=[64, 64]",
-    "eval.episodes=8",
-]
 
 
 @pytest.fixture(scope="module")
