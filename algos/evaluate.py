@@ -26,8 +26,9 @@ def rollout(
     """Runs `episodes` episodes of `steps` steps without auto-reset.
 
     policy_fn(obs [B, obs], key) -> (action [B, A], extras). Returns per-step arrays [T, B]:
-    `position_error` (m), `done` (1 from the termination step on), `position` [T, B, 3]; with
-    `record_obs`, also `obs` [T, B, obs] (what the policy saw) and `action` [T, B, A].
+    `position_error` (m), `done` (1 from the termination step on), `position` [T, B, 3] (the
+    env's `tracked_position`), and `success` for envs whose metrics have a success flag (arms);
+    with `record_obs`, also `obs` [T, B, obs] (what the policy saw) and `action` [T, B, A].
     """
     key_reset, key_run = jax.random.split(key)
     state = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
@@ -46,8 +47,10 @@ def rollout(
         out = {
             "position_error": nstate.metrics["position_error"],
             "done": dead,
-            "position": jnp.stack(nstate.data.rigid.pos, -1),
+            "position": jax.vmap(env.unwrapped.tracked_position)(nstate.data),
         }
+        if "success" in nstate.metrics:
+            out["success"] = nstate.metrics["success"]
         if record_obs:
             out |= {"obs": state.obs["state"], "action": action}
         return (nstate, dead), out
@@ -57,12 +60,16 @@ def rollout(
 
 
 def summarize(traj: dict[str, jax.Array], settle_steps: int, tolerance: float) -> dict[str, float]:
-    """Success: never terminated, and mean position error over the last `settle_steps` steps is
-    ≤ `tolerance`. RMSE over alive steps only. Returns the four keys of eval.json's summary."""
+    """Success: never terminated, and the env's success flag at the last step where it has one
+    (arms), else the mean position error over the last `settle_steps` steps is ≤ `tolerance`.
+    RMSE over alive steps only. Returns the four keys of eval.json's summary."""
     err, dead = traj["position_error"], traj["done"]
     terminated = dead[-1] > 0
-    final_err = err[-settle_steps:].mean(0)
-    success = (~terminated) & (final_err <= tolerance)
+    if "success" in traj:
+        reached = traj["success"][-1] > 0
+    else:
+        reached = err[-settle_steps:].mean(0) <= tolerance
+    success = (~terminated) & reached
     alive = 1.0 - dead
     rmse = jnp.sqrt(jnp.sum(err**2 * alive) / jnp.maximum(alive.sum(), 1.0))
     return {

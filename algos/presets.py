@@ -7,9 +7,10 @@ import typing
 from typing import Literal
 
 from algos.ppo import PPOConfig
+from algos.residual import ResidualConfig
 from algos.sac import SACConfig
 from policies import NetworkConfig
-from sim import TASKS
+from sim import TASKS, manipulator
 from sim.quadrotor import QuadrotorConfig, RandomizationConfig, RewardConfig
 
 Algo = Literal["ppo", "sac"]
@@ -44,7 +45,15 @@ class TrainConfig:
     seed: int = 0
     """Seed of the single PRNG key the run starts from."""
     env: QuadrotorConfig = QuadrotorConfig()
+    """Quadrotor env (quadrotor-* tasks)."""
     randomization: RandomizationConfig = RandomizationConfig()
+    """Quadrotor domain randomization."""
+    arm: manipulator.ArmConfig = manipulator.ArmConfig()
+    """Arm env (arm-* tasks)."""
+    arm_randomization: manipulator.RandomizationConfig = manipulator.RandomizationConfig()
+    """Arm domain randomization."""
+    residual: ResidualConfig = ResidualConfig()
+    """Residual run: the frozen base the learner corrects (base "none": a plain run)."""
     ppo: PPOConfig = PPOConfig()
     sac: SACConfig = SACConfig()
     eval: EvalConfig = EvalConfig()
@@ -55,6 +64,32 @@ class TrainConfig:
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}; choose from {sorted(TASKS)}")
         self.learner.validate()
+        self.residual.validate()
+
+    @property
+    def family(self) -> Literal["quadrotor", "arm"]:
+        """Simulator family of the task; the other family's sections are ignored."""
+        return "arm" if self.task.startswith("arm-") else "quadrotor"
+
+    @property
+    def env_config(self) -> QuadrotorConfig | manipulator.ArmConfig:
+        """The env section of the task's family (`env` or `arm`)."""
+        return self.arm if self.family == "arm" else self.env
+
+    @property
+    def randomization_config(self) -> RandomizationConfig | manipulator.RandomizationConfig:
+        """The randomization section of the task's family."""
+        return self.arm_randomization if self.family == "arm" else self.randomization
+
+    @property
+    def unused_sections(self) -> frozenset[str]:
+        """Top-level fields this run ignores (the other learner and family, an unused residual);
+        config.json leaves them out, so adding a section does not change older runs' hashes."""
+        unused = {a for a in ALGOS if a != self.algo}
+        unused |= {"env", "randomization"} if self.family == "arm" else {"arm", "arm_randomization"}
+        if self.residual.base == "none":
+            unused.add("residual")
+        return frozenset(unused)
 
     @property
     def learner(self) -> PPOConfig | SACConfig:
@@ -97,12 +132,43 @@ SAC_PRESETS: dict[str, TrainConfig] = {
 }
 
 
+# Arms: cartesian actions (tool deltas through differential IK), fewer envs on the CPU where an
+# MJX step costs ~0.3 ms per env.
+_ARM_PPO = PPOConfig(
+    num_envs=256,
+    unroll_length=16,
+    num_minibatches=4,
+    learning_rate=1e-3,
+    gamma=0.97,
+    total_timesteps=1_000_000,
+    network=NetworkConfig(actor_hidden=(128, 128), critic_hidden=(256, 256), init_log_std=-0.5),
+)
+_ARM = TrainConfig(arm=manipulator.ArmConfig(action_space="cartesian"), ppo=_ARM_PPO)
+ARM_PRESETS: dict[str, TrainConfig] = {
+    "cpu": _ARM,
+    "gpu": dataclasses.replace(
+        _ARM,
+        ppo=dataclasses.replace(_ARM_PPO, num_envs=4096, total_timesteps=50_000_000),
+    ),
+}
+ARM_SAC_PRESETS: dict[str, TrainConfig] = {
+    name: dataclasses.replace(cfg, algo="sac", sac=SACConfig()) for name, cfg in ARM_PRESETS.items()
+}
+
+
 def get_preset(task: str, preset: str = "cpu", algo: str = "ppo") -> TrainConfig:
-    """The named preset for `task`, trained with `algo`."""
+    """The named preset for `task`'s family, trained with `algo`."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     if algo not in ALGOS:
         raise ValueError(f"unknown algo {algo!r}; choose from {list(ALGOS)}")
-    cfg = dataclasses.replace((SAC_PRESETS if algo == "sac" else PRESETS)[preset], task=task)
+    arm = task.startswith("arm-")
+    table = {
+        (False, "ppo"): PRESETS,
+        (False, "sac"): SAC_PRESETS,
+        (True, "ppo"): ARM_PRESETS,
+        (True, "sac"): ARM_SAC_PRESETS,
+    }[(arm, algo)]
+    cfg = dataclasses.replace(table[preset], task=task)
     cfg.validate()
     return cfg

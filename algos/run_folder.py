@@ -32,10 +32,11 @@ from flax import serialization
 
 from algos import ppo, sac
 from algos.config_io import ConfigError, from_dict, to_dict
-from algos.presets import ALGOS, TrainConfig
+from algos.presets import TrainConfig
+from algos.residual import BasePolicy, ResidualWrapper, base_from_run, field_layout
 from policies import ActorCritic, make_policy
 from policies.sac import SACNetworks, make_sac_policy
-from sim import Env, make_env
+from sim import Env, make_env, manipulator, quadrotor
 
 CONFIG = "config.json"
 CHECKPOINTS = "checkpoints"
@@ -72,9 +73,9 @@ def remove_stale_temp_files(run_dir: Path) -> None:
 
 # -- config.json ------------------------------------------------------------------------------
 def run_dict(cfg: TrainConfig) -> dict[str, Any]:
-    """The config as a dict without the settings of the learners it does not use (a PPO run's
-    config.json and hash are those written before SAC existed)."""
-    return {k: v for k, v in to_dict(cfg).items() if k not in ALGOS or k == cfg.algo}
+    """The config as a dict without the sections it does not use (`TrainConfig.unused_sections`:
+    a quadrotor PPO run's config.json and hash are those written before SAC and arms existed)."""
+    return {k: v for k, v in to_dict(cfg).items() if k not in cfg.unused_sections}
 
 
 def config_hash(cfg: TrainConfig) -> str:
@@ -350,9 +351,43 @@ class Run(NamedTuple):
 
 def make_env_and_network(cfg: TrainConfig) -> tuple[Env, ActorCritic | SACNetworks]:
     """The unbatched training env and the (untrained) network a config describes."""
-    env = make_env(cfg.task, cfg.env, cfg.randomization)
+    env = make_train_env(cfg)
     learner = ppo if cfg.algo == "ppo" else sac
     return env, learner.make_network(cfg.learner, env)
+
+
+def make_train_env(cfg: TrainConfig) -> Env:
+    """The task's env with its family's randomization, inside the residual wrapper of a residual
+    run (`TrainConfig.residual`). Raises `ValueError` for a base that does not fit the task."""
+    env = make_env(cfg.task, cfg.env_config, cfg.randomization_config)
+    r = cfg.residual
+    if r.base == "none":
+        return env
+    if cfg.family == "arm":
+        arm = env.unwrapped
+        layout = field_layout(manipulator.obs_fields(arm.action_size))
+    else:
+        layout = field_layout(quadrotor.OBS_FIELDS)
+    return ResidualWrapper(env, _residual_base(cfg, env), r.scale, r.augmentation, layout)
+
+
+def _residual_base(cfg: TrainConfig, env: Env) -> BasePolicy:
+    base = cfg.residual.base
+    if base == "controller":
+        if cfg.family != "quadrotor":
+            raise ValueError(f'residual base "controller" flies quadrotors, not {cfg.task}')
+        return quadrotor.make_controller(quadrotor.ControllerConfig(), env.dt)
+    if base == "scripted":
+        if cfg.family != "arm":
+            raise ValueError(f'residual base "scripted" drives the arm, not {cfg.task}')
+        return manipulator.make_scripted_base(env.unwrapped)
+    run = load_run(Path(cfg.residual.base_run))
+    if run.config.task != cfg.task:
+        raise ValueError(
+            f"residual base run {cfg.residual.base_run} was trained on {run.config.task}, "
+            f"not {cfg.task}"
+        )
+    return base_from_run(run)
 
 
 def make_run_policy(

@@ -43,6 +43,7 @@ from algos.run_folder import (
     load_checkpoint,
     load_run,
     make_run_policy,
+    make_train_env,
     read_config,
     read_json,
     read_metrics,
@@ -51,7 +52,6 @@ from algos.run_folder import (
     trim_metrics,
     write_config,
 )
-from sim import make_env
 
 LOG = "run.log"
 LEARNING_CURVE = "learning_curve.png"
@@ -157,13 +157,14 @@ def train(
     try:
         cfg.validate()
         _validate_run_fields(cfg)
-        env = make_env(cfg.task, cfg.env, cfg.randomization)
         learner = ppo if cfg.algo == "ppo" else sac
-        trainer = learner.make_train(cfg.learner, env, cfg.env.episode_steps)
+        env = make_train_env(cfg)
+        trainer = learner.make_train(cfg.learner, env, cfg.env_config.episode_steps)
     except ValueError as e:
         raise RunError(str(e)) from None
     cfg_hash = _open_run(cfg, run_dir)
-    init = jax.jit(trainer.init)
+    opts = env.compiler_options
+    init = jax.jit(trainer.init, compiler_options=opts)
     ckpt_path, ckpt = latest_checkpoint(run_dir), None
     if ckpt_path is not None:  # validated before anything in the folder changes
         like = jax.eval_shape(init, jax.random.key(cfg.seed))
@@ -178,7 +179,9 @@ def train(
     ts = _start_state(init, cfg, ckpt, cfg_hash, log)
     timing = (t_start, time.perf_counter() - t_start, cache_before)
     end = total if stop_after is None else min(total, int(ts.update) + stop_after)
-    ts = _loop(trainer.update, cfg, run_dir, ts, end, cfg_hash, log, console, timing)
+    ts = _loop(
+        _jit_update(trainer.update, opts), cfg, run_dir, ts, end, cfg_hash, log, console, timing
+    )
     update = int(ts.update)
     if update < total:
         log(f"stopped at update {update}/{total}; run the same command again to resume")
@@ -241,24 +244,25 @@ def _open_run(cfg: TrainConfig, run_dir: Path) -> str:
     return config_hash(cfg)
 
 
-def _jit_update(update_fn):
+def _jit_update(update_fn, compiler_options: dict):
     """`jax.jit(update_fn)`, donating a replay buffer in the state (SAC's) so that it is written
     in place; the rest of the state is not donated, so the last logged state stays valid for the
     checkpoint written on an interrupt."""
 
-    @jax.jit
-    def plain(ts):
-        return update_fn(ts)
-
-    donating = jax.jit(lambda replay, ts: update_fn(ts.replace(replay=replay)), donate_argnums=0)
+    plain = jax.jit(update_fn, compiler_options=compiler_options)
+    donating = jax.jit(
+        lambda replay, ts: update_fn(ts.replace(replay=replay)),
+        donate_argnums=0,
+        compiler_options=compiler_options,
+    )
     return lambda ts: (
         donating(ts.replay, ts.replace(replay=None)) if hasattr(ts, "replay") else plain(ts)
     )
 
 
 def _loop(update_fn, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
-    """Runs updates until `end`; one metrics row per update, checkpoints every few."""
-    update_fn = _jit_update(update_fn)
+    """Runs the jitted `update_fn` until `end`; one metrics row per update, checkpoints every
+    few."""
     batch, total, start = cfg.steps_per_update, cfg.learner.num_updates, int(ts.update)
     metrics_log = MetricsLog(run_dir)
     previous = read_metrics(run_dir)
@@ -403,7 +407,9 @@ def evaluate_run(
         return rollout(run.env, policy, key, n, steps)
 
     cache_before, t0 = _cache_entries(), time.perf_counter()
-    traj = jax.jit(run_episodes)(run.params, jax.random.key(cfg.seed))
+    traj = jax.jit(run_episodes, compiler_options=run.env.compiler_options)(
+        run.params, jax.random.key(cfg.seed)
+    )
     summary = summarize(traj, settle, cfg.tolerance)
     seconds = time.perf_counter() - t0
     sample = jax.device_get({k: v[:, :20] for k, v in traj.items()})

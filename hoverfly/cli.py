@@ -3,6 +3,7 @@
   hoverfly train TASK --out RUN [--algo ppo|sac] [--preset cpu|gpu] [--seed 3] [--ppo.num-envs N]
   hoverfly eval RUN [--episodes N] [--json]
   hoverfly export RUN --format onnx [--precision fp32|fp16|int8|fp8] --out FILE [--force]
+  hoverfly render RUN --out video.mp4 [--task arm-push] [--camera front wrist] [--episodes N]
   hoverfly firmware-export RUN --target stm32f405|host|crazyflie --precision f32|int8 --out DIR
   hoverfly deploy hil RUN --firmware DIR [--seconds S] [--json]
   hoverfly deploy crazyflie RUN --uri URI
@@ -84,6 +85,30 @@ class Export:
     """Print one JSON object on stdout and nothing else."""
     cache_dir: Path | None = runner.default_cache_dir()
     """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Render:
+    """Render an mp4 of a run's deterministic policy (arm tasks) with MuJoCo's renderer."""
+
+    run: tyro.conf.Positional[Path]
+    """Run folder."""
+    out: Path
+    """Output video (.mp4), written atomically."""
+    task: str | None = None
+    """Task to render (default: the run's; another arm task with the same sizes also works)."""
+    episodes: int = 1
+    """Episodes, one after another."""
+    camera: tuple[Literal["front", "wrist"], ...] = ("front",)
+    """Cameras, side by side."""
+    seed: int = 0
+    """Key of the episodes' initial states."""
+    height: int = 240
+    """Image height, px (even)."""
+    width: int = 320
+    """Image width per camera, px (even)."""
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +217,19 @@ def _run_command(cmd) -> dict:
         return export_onnx(
             cmd.run, cmd.out, cmd.precision, cmd.force, cmd.episodes, cache_dir=cmd.cache_dir
         )
+    if isinstance(cmd, Render):
+        from algos.video import render_run
+
+        return render_run(
+            cmd.run,
+            cmd.out,
+            cmd.task,
+            cmd.episodes,
+            cmd.camera,
+            cmd.seed,
+            cmd.height,
+            cmd.width,
+        )
     if isinstance(cmd, FirmwareExport):
         if cmd.target == "crazyflie":
             from firmware_export.crazyflie import write_app
@@ -230,7 +268,7 @@ def _format_report(report: dict, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: Sequence[str]) -> Train | Eval | Export | FirmwareExport | Deploy:
+def parse(argv: Sequence[str]) -> Train | Eval | Export | Render | FirmwareExport | Deploy:
     """Parses `argv`; for `train`, the defaults are the preset of the requested task and algo."""
     default = _train_default(next(iter(TASKS)), "cpu")
     try:  # first pass: only to learn the task and the preset (so --out is not required in it)
@@ -263,12 +301,13 @@ def _commands(train_default: Train) -> type:
         Annotated[Train, tyro.conf.subcommand("train", default=train_default)],
         Annotated[Eval, tyro.conf.subcommand("eval")],
         Annotated[Export, tyro.conf.subcommand("export")],
+        Annotated[Render, tyro.conf.subcommand("render")],
         Annotated[FirmwareExport, tyro.conf.subcommand("firmware-export")],
         Annotated[Deploy, tyro.conf.subcommand("deploy")],
     ]
 
 
-# The task is the positional TASK of `train`, so TrainConfig.task and QuadrotorConfig.task
+# The task is the positional TASK of `train`, so TrainConfig.task and the env configs' task
 # (which make_env derives from the task) are hidden from the options.
 _REGISTRY = ConstructorRegistry()
 _building: list[type] = []
@@ -276,9 +315,10 @@ _building: list[type] = []
 
 @_REGISTRY.struct_rule
 def _hide_task_fields(info: StructTypeInfo) -> StructConstructorSpec | None:
+    from sim.manipulator import ArmConfig
     from sim.quadrotor import QuadrotorConfig
 
-    if info.type not in (TrainConfig, QuadrotorConfig) or info.type in _building:
+    if info.type not in (TrainConfig, QuadrotorConfig, ArmConfig) or info.type in _building:
         return None
     _building.append(info.type)
     try:

@@ -74,6 +74,12 @@ class Env(abc.ABC):
     def unwrapped(self) -> Env:
         return self
 
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        """XLA options for every compile of this env's functions:
+        `jax.jit(f, compiler_options=env.compiler_options)`."""
+        return {}
+
 
 class Wrapper(Env):
     """Base wrapper: forwards everything to the wrapped env."""
@@ -106,6 +112,10 @@ class Wrapper(Env):
     @property
     def unwrapped(self) -> Env:
         return self.env.unwrapped
+
+    @property
+    def compiler_options(self) -> dict[str, Any]:
+        return self.env.compiler_options
 
     def __getattr__(self, name: str) -> Any:
         if name == "env":

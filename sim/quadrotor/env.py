@@ -293,6 +293,10 @@ class QuadrotorEnv(Env):
         )
 
     # -- observation and reward -------------------------------------------------------------
+    def tracked_position(self, data: QuadData) -> jax.Array:
+        """[3] world position, m (the hover target is the origin)."""
+        return jnp.stack(data.rigid.pos, -1)
+
     def _errors(self, data: QuadData) -> tuple[dyn.Vec3, dyn.Vec3]:
         tp, tv = self.target(self._time(data))
         r = data.rigid

@@ -2,7 +2,9 @@
 
 Each parameter is scaled by U(1 − r, 1 + r) per episode, r from `RandomizationConfig` (±10 % by
 default): mass, each principal inertia, the thrust curve (all three coefficients together), the yaw
-torque constant and the motor time constants (rise and fall together).
+torque constant and the motor time constants (rise and fall together). Mass and motor lag can also
+be shifted off the nominal model the controller and the actor assume (`HEAVY`: issue 4's heavy
+randomization, with `heavy_disturbances` on the env config).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 import jax
 
 from sim.env import Env, State, Wrapper
+from sim.quadrotor.env import DisturbanceConfig, QuadrotorConfig
 from sim.quadrotor.params import QuadParams
 
 
@@ -29,6 +32,27 @@ class RandomizationConfig:
     """Yaw torque constant ±fraction."""
     motor_tau: float = 0.1
     """Motor time constants ±fraction."""
+    mass_shift: float = 1.0
+    """Factor on the nominal mass the draw is centred on (1.3: +30 %)."""
+    motor_tau_shift: float = 1.0
+    """Factor on the nominal motor time constants the draw is centred on."""
+
+    def validate(self) -> None:
+        if not (self.mass_shift > 0 and self.motor_tau_shift > 0):
+            raise ValueError("randomization mass_shift and motor_tau_shift must be > 0")
+
+
+HEAVY = RandomizationConfig(mass_shift=1.3, motor_tau_shift=2.0)
+"""Heavy randomization: mass +30 % and motor time constants ×2 around which the default ±10 % are
+drawn; disturbances ×3 come from `heavy_disturbances(QuadrotorConfig)`."""
+
+
+def heavy_disturbances(config: QuadrotorConfig, factor: float = 3.0) -> QuadrotorConfig:
+    """`config` with the per-episode disturbance force and torque σ multiplied by `factor`."""
+    d = config.disturbance
+    return dataclasses.replace(
+        config, disturbance=DisturbanceConfig(d.force * factor, d.torque * factor)
+    )
 
 
 def randomize_params(key: jax.Array, p: QuadParams, cfg: RandomizationConfig) -> QuadParams:
@@ -41,8 +65,9 @@ def randomize_params(key: jax.Array, p: QuadParams, cfg: RandomizationConfig) ->
     ji = s(k[1], cfg.inertia, (3,))
     thrust = s(k[2], cfg.thrust)
     tau = s(k[4], cfg.motor_tau)
+    tau = tau * cfg.motor_tau_shift
     return p.replace(
-        mass=p.mass * s(k[0], cfg.mass),
+        mass=p.mass * cfg.mass_shift * s(k[0], cfg.mass),
         inertia=tuple(j * ji[i] for i, j in enumerate(p.inertia)),
         thrust=tuple(c * thrust for c in p.thrust),
         torque=p.torque * s(k[3], cfg.torque),
@@ -56,6 +81,7 @@ class DomainRandomization(Wrapper):
 
     def __init__(self, env: Env, config: RandomizationConfig = RandomizationConfig()):
         super().__init__(env)
+        config.validate()
         self.config = config
 
     def reset(self, rng: jax.Array) -> State:
@@ -65,4 +91,10 @@ class DomainRandomization(Wrapper):
         return quad.reset_with_params(key_env, params)
 
 
-__all__ = ["DomainRandomization", "RandomizationConfig", "randomize_params"]
+__all__ = [
+    "HEAVY",
+    "DomainRandomization",
+    "RandomizationConfig",
+    "heavy_disturbances",
+    "randomize_params",
+]

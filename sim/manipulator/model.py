@@ -1,0 +1,257 @@
+"""The manipulator scene: a robot MJCF (ours or the user's) plus table, cube, goal and cameras.
+
+`build_model(config)` loads the robot MJCF with `mujoco.MjSpec`, adds the scene around it and
+compiles it; `index_model(model, config)` finds the named joints, actuators and sites the envs need
+and raises one `ValueError` naming whatever is missing. World frame: z up, the table top is the
+plane z = 0 and the robot base sits at the origin. Cameras: "front" (fixed, facing the robot
+across the table) and "wrist" (on the body carrying the end-effector site, looking along the tool
+axis past the fingers).
+
+Collision masks (kept small for MJX): the cube has contype 1 / conaffinity 3, the table contype 1 /
+conaffinity 2, our robot's hand and finger pads contype 2 / conaffinity 0, so the pads and the hand
+touch the cube and the table and nothing else; the arm links are visual only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+import mujoco
+import numpy as np
+
+PANDA_XML = Path(__file__).parent / "assets" / "panda.xml"
+SCENE_NAMES = ("table", "cube", "cube_joint", "goal", "front", "wrist")
+WRIST_CAMERA_POS = (-0.07, 0.0, -0.085)
+"""Wrist camera position in the end-effector site's frame (z = tool axis), m: behind the tool
+centre point, beside the fingers (on our Panda in its home pose: on the robot's side, so the
+camera faces the workspace)."""
+WRIST_CAMERA_TARGET = (0.0, 0.0, 0.1)
+"""Point on the tool axis, in the site's frame, that the wrist camera looks at, m."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneConfig:
+    """Robot model, the named elements the envs use, and the physics options."""
+
+    model_path: str | None = None
+    """Robot MJCF to load instead of the built-in Panda (e.g. a MuJoCo Menagerie panda.xml); it
+    needs the joints, actuators and site named below, and position-servo actuators."""
+    arm_joints: tuple[str, ...] = tuple(f"joint{i}" for i in range(1, 8))
+    """Hinge joints of the arm, base to wrist; each needs an actuator on it."""
+    finger_joints: tuple[str, ...] = ("finger_joint1", "finger_joint2")
+    """Slide joints of the gripper fingers (opening per finger, m)."""
+    ee_site: str = "tcp"
+    """Site at the tool centre point between the finger pads."""
+    cube_half_size: float = 0.02
+    """Nominal cube half edge, m."""
+    cube_mass: float = 0.1
+    """Nominal cube mass, kg."""
+    cube_friction: float = 1.0
+    """Nominal sliding friction of the cube (the table's is lower: cube–table contacts use it)."""
+    timestep: float = 0.005
+    """Physics step, s."""
+    integrator: Literal["euler", "implicitfast"] = "euler"
+    """MuJoCo integrator (Euler treats joint damping implicitly; our servos' damping is joint
+    damping). Choose implicitfast for a model whose actuators carry velocity gains."""
+    iterations: int = 5
+    """Constraint solver iterations."""
+    ls_iterations: int = 8
+    """Line-search iterations."""
+
+
+def _look_at(pos: np.ndarray, target: np.ndarray, up=(0.0, 0.0, 1.0)) -> list[float]:
+    """Camera `xyaxes` looking from `pos` at `target` with image up towards `up` (parent frame)."""
+    f = (target - pos) / np.linalg.norm(target - pos)
+    right = np.cross(f, up)
+    right /= np.linalg.norm(right)
+    return [*right, *np.cross(right, f)]
+
+
+def build_model(config: SceneConfig) -> mujoco.MjModel:
+    """Compiles robot + scene. Raises `ValueError` for a missing or unloadable robot file."""
+    path = Path(config.model_path) if config.model_path else PANDA_XML
+    if not path.is_file():
+        raise ValueError(f"robot model file not found: {path}")
+    try:
+        spec = mujoco.MjSpec.from_file(str(path))
+    except Exception as e:  # mujoco raises ValueError/mujoco.FatalError with the parser message
+        raise ValueError(f"cannot load robot model {path}: {e}") from e
+    clash = [n for n in SCENE_NAMES if _has_name(spec, n)]
+    if clash:
+        raise ValueError(f"robot model {path} already defines scene name(s) {clash}")
+
+    opt = spec.option
+    opt.timestep = config.timestep
+    opt.integrator = getattr(mujoco.mjtIntegrator, f"mjINT_{config.integrator.upper()}")
+    opt.iterations = config.iterations
+    opt.ls_iterations = config.ls_iterations
+    spec.compiler.autolimits = True
+
+    world = spec.worldbody
+    world.add_light(pos=[0.5, 0.0, 1.5], dir=[0.0, 0.0, -1.0], diffuse=[0.7, 0.7, 0.7])
+    world.add_geom(
+        name="table",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[1.0, 1.0, 0.05],
+        rgba=[0.55, 0.45, 0.35, 1.0],
+        contype=1,
+        conaffinity=2,
+        friction=[0.1, 0.005, 0.0001],
+    )
+    h = config.cube_half_size
+    cube = world.add_body(name="cube", pos=[0.5, 0.0, h])
+    cube.add_freejoint(name="cube_joint")
+    cube.add_geom(
+        name="cube",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=[h, h, h],
+        mass=config.cube_mass,
+        rgba=[0.8, 0.15, 0.1, 1.0],
+        contype=1,
+        conaffinity=3,
+        condim=3,
+        friction=[config.cube_friction, 0.005, 0.0001],
+    )
+    goal = world.add_body(name="goal", mocap=True, pos=[0.5, 0.2, h])
+    goal.add_site(
+        name="goal",
+        type=mujoco.mjtGeom.mjGEOM_SPHERE,
+        size=[0.015, 0.0, 0.0],
+        rgba=[0.1, 0.8, 0.2, 0.6],
+    )
+    cam_pos = np.array([1.5, 0.0, 0.7])
+    world.add_camera(name="front", pos=cam_pos, xyaxes=_look_at(cam_pos, np.array([0.4, 0, 0.1])))
+    try:
+        _add_wrist_camera(spec, config.ee_site)
+        return spec.compile()
+    except Exception as e:
+        raise ValueError(f"cannot compile robot model {path} into the scene: {e}") from e
+
+
+def _add_wrist_camera(spec: mujoco.MjSpec, ee_site: str) -> None:
+    """Adds camera "wrist" to the body that carries `ee_site`, at `WRIST_CAMERA_POS` looking at
+    `WRIST_CAMERA_TARGET` (site frame), image up towards the tool axis. The site's pose in its body
+    is read from a first compile, which resolves any frame or orientation form the MJCF uses."""
+    site = spec.site(ee_site)
+    if site is None:  # index_model reports the missing site
+        return
+    m = spec.compile()
+    sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, ee_site)
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, m.site_quat[sid])
+    rot = rot.reshape(3, 3)
+    pos = m.site_pos[sid] + rot @ WRIST_CAMERA_POS
+    target = m.site_pos[sid] + rot @ WRIST_CAMERA_TARGET
+    up = rot @ (-WRIST_CAMERA_POS[0], -WRIST_CAMERA_POS[1], 0.0)  # towards the tool axis
+    site.parent.add_camera(name="wrist", pos=pos, xyaxes=_look_at(pos, target, up), fovy=75.0)
+
+
+def _has_name(spec: mujoco.MjSpec, name: str) -> bool:
+    finders = (spec.body, spec.geom, spec.joint, spec.site, spec.camera)
+    return any(find(name) is not None for find in finders)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelIndex:
+    """Static addresses into a compiled scene (numpy, so they stay static under jit)."""
+
+    arm_qpos: np.ndarray
+    """[7] qpos addresses of the arm joints."""
+    arm_dof: np.ndarray
+    """[7] dof addresses of the arm joints."""
+    arm_range: np.ndarray
+    """[7, 2] arm joint limits, rad."""
+    finger_qpos: np.ndarray
+    """[F] qpos addresses of the finger joints."""
+    finger_range: np.ndarray
+    """[F, 2] finger joint ranges, m."""
+    arm_act: np.ndarray
+    """[7] actuator of each arm joint."""
+    grip_act: np.ndarray
+    """[G] gripper actuators (on a finger joint, or on a tendon over finger joints)."""
+    ee_site: int
+    cube_body: int
+    cube_geom: int
+    cube_qpos: int
+    """qpos address of the cube's free joint: [x, y, z, qw, qx, qy, qz] (world)."""
+    cube_dof: int
+    """dof address of the cube's free joint: [v (world, m/s), ω (body, rad/s)]."""
+    goal_mocap: int
+
+
+def index_model(m: mujoco.MjModel, config: SceneConfig) -> ModelIndex:
+    """Looks up every named element; one `ValueError` lists all that are missing or unsuitable."""
+    problems: list[str] = []
+
+    def joint(name: str, jtype: mujoco.mjtJoint) -> int:
+        jid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if jid < 0:
+            problems.append(f"joint {name!r} is missing")
+        elif m.jnt_type[jid] != jtype:
+            problems.append(f"joint {name!r} is not a {jtype.name[6:].lower()} joint")
+        return jid
+
+    arm = [joint(n, mujoco.mjtJoint.mjJNT_HINGE) for n in config.arm_joints]
+    fingers = [joint(n, mujoco.mjtJoint.mjJNT_SLIDE) for n in config.finger_joints]
+    if len(arm) != 7:
+        problems.append(f"arm_joints names {len(arm)} joints, 7 needed")
+    site = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, config.ee_site)
+    if site < 0:
+        problems.append(f"end-effector site {config.ee_site!r} is missing")
+    if problems:
+        raise ValueError(_message(config, problems))
+
+    joint_act = {
+        int(m.actuator_trnid[a, 0]): a
+        for a in range(m.nu)
+        if m.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+    }
+    arm_act = []
+    for name, j in zip(config.arm_joints, arm, strict=True):
+        if j not in joint_act:
+            problems.append(f"no actuator drives arm joint {name!r}")
+        arm_act.append(joint_act.get(j, -1))
+    grip = [joint_act[j] for j in fingers if j in joint_act]
+    grip += [a for a in range(m.nu) if _tendon_on(m, a, fingers)]
+    if not grip:
+        problems.append(f"no actuator drives the finger joints {list(config.finger_joints)}")
+    if problems:
+        raise ValueError(_message(config, problems))
+
+    cube_joint = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "cube_joint")
+    return ModelIndex(
+        arm_qpos=m.jnt_qposadr[arm].copy(),
+        arm_dof=m.jnt_dofadr[arm].copy(),
+        arm_range=m.jnt_range[arm].copy(),
+        finger_qpos=m.jnt_qposadr[fingers].copy(),
+        finger_range=m.jnt_range[fingers].copy(),
+        arm_act=np.array(arm_act),
+        grip_act=np.array(grip),
+        ee_site=site,
+        cube_body=mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "cube"),
+        cube_geom=mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "cube"),
+        cube_qpos=int(m.jnt_qposadr[cube_joint]),
+        cube_dof=int(m.jnt_dofadr[cube_joint]),
+        goal_mocap=int(m.body_mocapid[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "goal")]),
+    )
+
+
+def _tendon_on(m: mujoco.MjModel, act: int, joints: list[int]) -> bool:
+    """Whether actuator `act` drives a fixed tendon that spans one of `joints`."""
+    if m.actuator_trntype[act] != mujoco.mjtTrn.mjTRN_TENDON:
+        return False
+    t = m.actuator_trnid[act, 0]
+    wraps = range(m.tendon_adr[t], m.tendon_adr[t] + m.tendon_num[t])
+    return any(
+        m.wrap_type[w] == mujoco.mjtWrap.mjWRAP_JOINT and m.wrap_objid[w] in joints for w in wraps
+    )
+
+
+def _message(config: SceneConfig, problems: list[str]) -> str:
+    path = config.model_path or PANDA_XML
+    return f"robot model {path} is unsuitable: " + "; ".join(problems)
+
+
+__all__ = ["PANDA_XML", "ModelIndex", "SceneConfig", "build_model", "index_model"]
