@@ -357,9 +357,12 @@ def make_env_and_network(cfg: TrainConfig) -> tuple[Env, ActorCritic | SACNetwor
 
 
 def make_train_env(cfg: TrainConfig) -> Env:
-    """The task's env with its family's randomization, inside the residual wrapper of a residual
-    run (`TrainConfig.residual`). Raises `ValueError` for a base that does not fit the task."""
+    """The task's env with its family's randomization (and an arm's perturbations), inside the
+    residual wrapper of a residual run (`TrainConfig.residual`). Raises `ValueError` for a base
+    that does not fit the task."""
     env = make_env(cfg.task, cfg.env_config, cfg.randomization_config)
+    if cfg.family == "arm" and cfg.arm_perturbation.episode_prob > 0:
+        env = manipulator.Perturbation(env, cfg.arm_perturbation)
     r = cfg.residual
     if r.base == "none":
         return env

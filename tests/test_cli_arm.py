@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import imageio.v3 as iio
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from algos import TrainConfig, get_preset
-from algos.residual import ResidualConfig
+from algos.residual import ResidualConfig, ResidualWrapper
 from algos.run_folder import make_train_env, read_config, run_dict
 from hoverfly import cli
+from sim.manipulator import Perturbation
 from tests.test_cli import hoverfly, one_line_error
 
 # 2 updates of 16 envs × 8 steps, 10-step episodes, 4 eval episodes of 0.2 s (10 steps)
@@ -75,6 +77,21 @@ def test_residual_sections_and_bases():
     assert np.all(np.abs(s.info["base_action"]) <= 1.0)
     with pytest.raises(ValueError, match="base_run is needed"):
         ResidualConfig(base="run").validate()
+    pick = get_preset("arm-pick-place")
+    perturbed = dataclasses.replace(
+        pick,
+        residual=ResidualConfig(base="scripted"),
+        arm_perturbation=dataclasses.replace(pick.arm_perturbation, episode_prob=1.0),
+    )
+    env = make_train_env(perturbed)
+    assert isinstance(env, ResidualWrapper) and isinstance(env.env, Perturbation)
+    assert not isinstance(make_train_env(pick), Perturbation)  # off by default
+    with pytest.raises(ValueError, match="cartesian"):
+        make_train_env(
+            dataclasses.replace(
+                perturbed, arm=dataclasses.replace(pick.arm, action_space="joint_delta")
+            )
+        )
     with pytest.raises(ValueError, match="flies quadrotors"):
         make_train_env(TrainConfig(task="arm-reach", residual=ResidualConfig(base="controller")))
 

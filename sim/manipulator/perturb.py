@@ -11,7 +11,9 @@ Push: with probability `push_prob` per episode, at a uniformly drawn control ste
 `push_window`, the cube's horizontal velocity is changed by a kick of uniform direction and speed
 in `push_speed` (m/s); on the table it slides a few centimetres (≈ v²/(2μg)).
 
-Randomness: the episode draws come from the reset key, the per-step ones from `info["rng"]`.
+A fraction `episode_prob` of the episodes is perturbed, the others pass through (a mix for
+training, or both conditions in one batch). Randomness: the episode draws come from the reset key,
+the per-step ones from `info["rng"]`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ class PerturbationConfig:
 
     episode_prob: float = 1.0
     """Probability that an episode is perturbed at all (the others see the wrapped env as is)."""
-
     pose_bias: float = 0.01
     """Half-width of the per-episode uniform bias of the observed cube position per horizontal
     axis, m."""
