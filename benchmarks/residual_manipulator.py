@@ -45,9 +45,9 @@ from algos.ppo import PPOConfig, make_train
 from algos.residual import ObsAugmentation, ResidualScale, ResidualWrapper, zero_policy
 from algos.residual.wrapper import field_layout
 from policies import NetworkConfig, make_policy
-from sim import Env
+from sim import Env, make_env
 from sim.manipulator import ArmConfig, RandomizationConfig, obs_fields
-from sim.manipulator.perturb import PerturbationConfig, make_perturbed_env
+from sim.manipulator.perturb import Perturbation, PerturbationConfig
 from sim.manipulator.scripted import ScriptedConfig, make_scripted_base
 
 Arm = Literal["base", "residual", "scratch"]
@@ -168,8 +168,8 @@ def run(args: Args) -> dict:
         task="pick_place", action_space="cartesian", episode_steps=args.episode_steps
     )
     ppo = dataclasses.replace(args.ppo, total_timesteps=args.timesteps, num_envs=args.num_envs)
-    perturbed = make_perturbed_env(arm_cfg, args.randomization, args.perturbation)
-    nominal = make_perturbed_env(arm_cfg, args.randomization, None)
+    nominal = make_env("arm-pick-place", arm_cfg, args.randomization)
+    perturbed = Perturbation(nominal, args.perturbation)
     base = make_scripted_base(perturbed.unwrapped, args.scripted)
     start = args.scale if args.scale_start is None else args.scale_start
     scale = ResidualScale(start=start, end=args.scale, ramp=args.ramp)

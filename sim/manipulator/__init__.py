@@ -12,7 +12,7 @@ from sim.manipulator.env import (
     obs_fields,
 )
 from sim.manipulator.model import PANDA_XML, ModelIndex, SceneConfig, build_model, index_model
-from sim.manipulator.perturb import Perturbation, PerturbationConfig, make_perturbed_env
+from sim.manipulator.perturb import Perturbation, PerturbationConfig
 from sim.manipulator.randomization import DomainRandomization, RandomizationConfig, randomize_params
 from sim.manipulator.render import CameraRenderer, policy_video, setup_gl, write_video
 from sim.manipulator.scripted import (
@@ -44,7 +44,6 @@ __all__ = [
     "ScriptedState",
     "build_model",
     "index_model",
-    "make_perturbed_env",
     "make_scripted_base",
     "make_scripted_policy",
     "obs_fields",

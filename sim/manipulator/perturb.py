@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from sim.env import Env, State, Wrapper
-from sim.manipulator.env import ArmConfig, ArmEnv, obs_fields
-from sim.manipulator.randomization import DomainRandomization, RandomizationConfig
+from sim.manipulator.env import ArmEnv, obs_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,25 +137,7 @@ class Perturbation(Wrapper):
         return self._observe(nstate, info["perturb/cube_seen"], first=False)
 
 
-_DEFAULT_RANDOMIZATION = RandomizationConfig()
-
-
-def make_perturbed_env(
-    config: ArmConfig,
-    randomization: RandomizationConfig | None = _DEFAULT_RANDOMIZATION,
-    perturbation: PerturbationConfig | None = PerturbationConfig(),
-) -> Env:
-    """Unbatched `Perturbation(DomainRandomization(ArmEnv(config)))`; None leaves a layer out."""
-    env: Env = ArmEnv(config)
-    if randomization is not None:
-        env = DomainRandomization(env, randomization)
-    if perturbation is not None:
-        env = Perturbation(env, perturbation)
-    return env
-
-
 __all__ = [
     "Perturbation",
     "PerturbationConfig",
-    "make_perturbed_env",
 ]

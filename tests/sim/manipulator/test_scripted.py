@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from algos.residual import ResidualWrapper
+from sim import make_env
 from sim.manipulator import (
     ArmConfig,
     ArmEnv,
+    Perturbation,
     PerturbationConfig,
     ScriptedConfig,
-    make_perturbed_env,
     make_scripted_base,
     obs_fields,
 )
@@ -38,7 +39,7 @@ L = _layout()
 @pytest.fixture(scope="module")
 def env():
     arm = ArmConfig(task="pick_place", action_space="cartesian", episode_steps=T)
-    return make_perturbed_env(arm, perturbation=PERTURBATION)
+    return Perturbation(make_env("arm-pick-place", arm), PERTURBATION)
 
 
 @pytest.fixture(scope="module")
