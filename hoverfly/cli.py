@@ -7,6 +7,8 @@
   hoverfly firmware-export RUN --target stm32f405|host|crazyflie --precision f32|int8 --out DIR
   hoverfly deploy hil RUN --firmware DIR [--seconds S] [--json]
   hoverfly deploy crazyflie RUN --uri URI
+  hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S]
+  hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--steps N] [--eval-episodes N]
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
 line is parsed once to learn the task, the preset and the algo, then again with that preset (for
@@ -29,6 +31,8 @@ from tyro.constructors import ConstructorRegistry, StructConstructorSpec, Struct
 from algos import PRESETS, TrainConfig, get_preset, runner
 from algos.run_folder import RunError
 from sim import TASKS
+from vla.collect import CollectConfig
+from vla.configuration_sft import SFTConfig
 
 Preset = Literal[tuple(sorted(PRESETS))]  # type: ignore[valid-type]
 
@@ -180,6 +184,47 @@ class Deploy:
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class VlaCollect:
+    """Record scripted-expert demonstrations with camera images and an instruction per episode
+    (LeRobotDataset layout: parquet + mp4 + meta/)."""
+
+    out: Path
+    """Dataset folder (written atomically)."""
+    config: Annotated[CollectConfig, tyro.conf.arg(name="")] = CollectConfig()
+    overwrite: bool = False
+    """Replace an existing dataset at `out`."""
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+    cache_dir: Path | None = runner.default_cache_dir()
+    """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VlaSft:
+    """Behaviour cloning of the compact VLA (flow matching) on a dataset, then its closed-loop
+    success in the simulator over --eval-episodes; an existing run at --out is resumed."""
+
+    config: Annotated[SFTConfig, tyro.conf.arg(name="")]
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+    cache_dir: Path | None = runner.default_cache_dir()
+    """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Vla:
+    """Vision-language-action models: demonstrations and supervised fine-tuning."""
+
+    command: Annotated[
+        Union[  # noqa: UP007
+            Annotated[VlaCollect, tyro.conf.subcommand("collect", prefix_name=False)],
+            Annotated[VlaSft, tyro.conf.subcommand("sft", prefix_name=False)],
+        ],
+        tyro.conf.arg(name=""),
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -197,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = runner.evaluate_run(cmd.run, episodes=cmd.episodes, cache_dir=cmd.cache_dir)
             print(json.dumps(summary) if cmd.json else runner.format_summary(summary))
             return 0
-        cmd = cmd.command if isinstance(cmd, Deploy) else cmd
+        cmd = cmd.command if isinstance(cmd, Deploy | Vla) else cmd
         report = _run_command(cmd)
         print(json.dumps(report) if cmd.json else _format_report(report))
         return 0
@@ -253,6 +298,35 @@ def _run_command(cmd) -> dict:
         from deploy.crazyflie import fly
 
         return fly(cmd.run, cmd.uri, cmd.app, cmd.seconds, cmd.height, cmd.dry_run)
+    if isinstance(cmd, VlaCollect):
+        from vla.collect import collect
+        from vla.dataset import LeRobotDataset
+
+        runner.enable_compilation_cache(cmd.cache_dir)
+        try:
+            out = collect(cmd.out, cmd.config, overwrite=cmd.overwrite, progress=not cmd.json)
+        except (ValueError, FileExistsError, RuntimeError) as e:
+            raise RunError(str(e)) from None
+        data = LeRobotDataset(out)
+        return {"dataset": str(out), "episodes": len(data.episodes), "frames": len(data)}
+    if isinstance(cmd, VlaSft):
+        from vla.dataset import DatasetError
+
+        try:
+            from vla.sft import evaluate_closed_loop, train_sft
+        except ImportError as e:
+            raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
+
+        runner.enable_compilation_cache(cmd.cache_dir)
+        try:
+            ckpt = train_sft(cmd.config, progress=not cmd.json)
+            report = {"checkpoint": str(ckpt)}
+            if cmd.config.eval_episodes:
+                result = evaluate_closed_loop(ckpt, cmd.config.eval_episodes)
+                report |= {k: result[k] for k in ("success_rate", "mean_return", "episodes")}
+        except (ValueError, DatasetError, FileNotFoundError) as e:
+            raise RunError(str(e)) from None
+        return report
     raise AssertionError(cmd)
 
 
@@ -268,7 +342,7 @@ def _format_report(report: dict, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: Sequence[str]) -> Train | Eval | Export | Render | FirmwareExport | Deploy:
+def parse(argv: Sequence[str]) -> Train | Eval | Export | Render | FirmwareExport | Deploy | Vla:
     """Parses `argv`; for `train`, the defaults are the preset of the requested task and algo."""
     default = _train_default(next(iter(TASKS)), "cpu")
     try:  # first pass: only to learn the task and the preset (so --out is not required in it)
@@ -304,6 +378,7 @@ def _commands(train_default: Train) -> type:
         Annotated[Render, tyro.conf.subcommand("render")],
         Annotated[FirmwareExport, tyro.conf.subcommand("firmware-export")],
         Annotated[Deploy, tyro.conf.subcommand("deploy")],
+        Annotated[Vla, tyro.conf.subcommand("vla")],
     ]
 
 

@@ -1,0 +1,147 @@
+"""Demonstrations from the scripted expert (`vla.collect`): real MJX rollouts and MuJoCo renders,
+one small dataset collected once for the module (the rollout compiles once, ~30–60 s on 2 CPU
+cores; a second collect with the same batch size reuses it)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from sim.manipulator import obs_fields
+from vla.collect import (
+    COLOURS,
+    FAST_COMPILE,
+    STATE_FIELDS,
+    CollectConfig,
+    collect,
+    episode_length,
+    goal_region,
+    instruction,
+    make_test_dataset,
+    rollout_episodes,
+)
+from vla.dataset import LeRobotDataset
+
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg, EGL probe
+EPISODES, SIZE = 4, (32, 32)
+
+
+def _layout() -> dict[str, slice]:
+    layout, start = {}, 0
+    for name, size in obs_fields(4):
+        layout[name] = slice(start, start + size)
+        start += size
+    return layout
+
+
+L = _layout()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = make_test_dataset(tmp_path_factory.mktemp("demo") / "demo", EPISODES, SIZE, seed=0)
+    return LeRobotDataset(root, verify_videos=True)
+
+
+def test_episodes_succeed_and_match_their_instructions(dataset):
+    assert dataset.num_episodes == EPISODES and dataset.fps == 50
+    colours = []
+    for e in dataset.episodes:
+        ep = dataset.episode(e.index)
+        meta = e.metadata
+        assert meta["success"] is True and ep["next.success"][-1] and ep["next.done"][-1]
+        assert not ep["next.done"][:-1].any() and e.length <= 200
+        env_state = ep["observation.environment_state"]
+        goal = env_state[0, L["goal_pos"]]
+        np.testing.assert_allclose(goal, meta["goal"], atol=1e-6)
+        region = goal_region(goal[:2], (0.5, 0.0))
+        assert meta["goal_region"] == region
+        assert ep["task"] == e.tasks[0] == instruction(meta["colour"], region)
+        assert (
+            ep["task"] == f"pick up the {meta['colour']} cube and place it on the {region} target"
+        )
+        colours.append(meta["colour"])
+        # the cube ends at the goal: success within the threshold (3 cm)
+        cube = env_state[-1, L["cube_pos"]]
+        assert np.linalg.norm(cube - goal) < 0.05
+        # state = proprioception fields of the actor observation; actions in [-1, 1]
+        proprio = np.concatenate([env_state[:, L[f]] for f in STATE_FIELDS], axis=1)
+        np.testing.assert_array_equal(ep["observation.state"], proprio)
+        assert ep["action"].shape == (e.length, 4) and np.abs(ep["action"]).max() <= 1.0
+        np.testing.assert_array_equal(env_state[1:, L["last_action"]], ep["action"][:-1])
+        assert ep["observation.images.front"].shape == (e.length, *SIZE, 3)
+    assert colours == list(COLOURS)[:EPISODES]  # cycled over the recorded episodes
+    info = json.loads((dataset.root / "meta" / "info.json").read_text())
+    assert info["hoverfly"]["collect"]["episodes"] == EPISODES
+    assert info["features"]["observation.state"]["names"][0] == "joint_pos_0"
+
+
+def _colour_counts(images: np.ndarray) -> np.ndarray:
+    """[4] pixels nearest to each of `COLOURS` (within 60 of 255 per channel distance)."""
+    ref = np.array([rgba[:3] for rgba in COLOURS.values()]) * 255
+    d = np.linalg.norm(images.reshape(-1, 1, 3).astype(float) - ref, axis=-1)
+    return np.bincount(d.argmin(1)[d.min(1) < 60], minlength=len(ref))
+
+
+def test_cube_is_rendered_in_its_colour(dataset):
+    names = list(COLOURS)
+    for e in dataset.episodes:
+        counts = _colour_counts(dataset.episode(e.index)["observation.images.wrist"])
+        assert names[counts.argmax()] == e.metadata["colour"], (e.metadata["colour"], counts)
+
+
+def test_episode_replays_from_its_reset_seed(dataset):
+    """The stored reset seed and the deterministic expert rebuild the recorded episode."""
+    cfg = CollectConfig(**{**dataset.info["hoverfly"]["collect"], "image_size": SIZE})
+    e = dataset.episodes[1]
+    traj = rollout_episodes(cfg, [e.metadata["reset_seed"]], FAST_COMPILE)
+    ep = dataset.episode(1)
+    np.testing.assert_allclose(
+        traj["obs"][: e.length, 0], ep["observation.environment_state"], atol=1e-5
+    )
+    np.testing.assert_allclose(traj["action"][: e.length, 0], ep["action"], atol=1e-5)
+    np.testing.assert_array_equal(traj["success"][e.length - 1, 0] > 0, True)
+
+
+def test_keep_failures_and_overwrite(dataset, tmp_path):
+    with pytest.raises(FileExistsError):
+        collect(dataset.root, CollectConfig(episodes=1), progress=False)
+    # the same batch size and episode limit as the fixture: the compiled rollout is reused
+    root = make_test_dataset(
+        tmp_path / "all",
+        2,
+        (16, 16),
+        seed=1,
+        keep_failures=True,
+        batch_size=EPISODES + 1,
+        image_dtype="image",
+        colours=("blue",),
+    )
+    ds = LeRobotDataset(root)
+    assert [e.metadata["attempt"] for e in ds.episodes] == [0, 1]
+    for e in ds.episodes:
+        ep = ds.episode(e.index)
+        assert e.metadata["success"] == bool(ep["next.success"][-1])
+        assert e.metadata["colour"] == "blue" and ep["observation.images.wrist"].shape[1:] == (
+            16,
+            16,
+            3,
+        )
+
+
+def test_helpers():
+    assert goal_region([0.6, 0.02], (0.5, 0.0)) == "front"
+    assert goal_region([0.45, 0.01], (0.5, 0.0)) == "back"
+    assert goal_region([0.52, 0.1], (0.5, 0.0)) == "left"
+    assert goal_region([0.52, -0.1], (0.5, 0.0)) == "right"
+    success = np.array([0, 0, 1, 0, 1, 1, 1, 1], float)
+    done = np.zeros(8)
+    assert episode_length(success, done, hold_steps=2) == 5
+    assert episode_length(np.zeros(8), done, hold_steps=2) == 8
+    assert episode_length(np.zeros(8), np.eye(8)[3], hold_steps=2) == 4
+    with pytest.raises(ValueError, match="task"):
+        CollectConfig(task="arm-push").validate()
+    with pytest.raises(ValueError, match="colours"):
+        CollectConfig(colours=("purple",)).validate()
+    with pytest.raises(ValueError, match="even"):
+        CollectConfig(image_size=(31, 32)).validate()

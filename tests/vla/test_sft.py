@@ -1,0 +1,187 @@
+"""Behaviour cloning of the compact VLA (`vla.sft`) on a tiny dataset of the scripted expert
+(collected once for the module), resuming, dataset checks and closed-loop evaluation in MJX."""
+
+import csv
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from vla.checkpoint import load_checkpoint, load_train_state
+from vla.collect import FAST_COMPILE, make_test_dataset
+from vla.configuration_sft import SFTConfig
+from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
+from vla.processor_hoverfly_vla import compute_norm_stats
+from vla.sft import evaluate_closed_loop, latest_checkpoint, train_sft
+
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg, EGL probe
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One intra-op thread: on a busy 2-core machine two OpenMP threads are ~20x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_test_dataset(tmp_path_factory.mktemp("sft") / "demo", episodes=3, seed=0)
+
+
+def _cfg(data, out, **kw) -> SFTConfig:
+    base = {
+        "data": str(data),
+        "out": str(out),
+        "preset": "test",
+        "steps": 4,
+        "batch_size": 8,
+        "lr": 1e-3,
+        "warmup_steps": 2,
+        "checkpoint_every": 2,
+        "log_every": 1,
+    }
+    return SFTConfig(**(base | kw))
+
+
+def _losses(out) -> dict[int, str]:
+    with (out / "metrics.csv").open() as f:
+        return {int(r["step"]): r["loss"] for r in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("data", ""),
+        ("preset", "huge"),
+        ("steps", 0),
+        ("lr", -1.0),
+        ("min_lr_ratio", 2.0),
+        ("action_representation", "relative"),
+        ("model_overrides", {"width": 3}),
+    ],
+)
+def test_validate_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        SFTConfig(**({"data": "x"} | {field: value})).validate()
+
+
+def _fixed_batch(ds: LeRobotDataset, processor, n: int = 96) -> dict[str, torch.Tensor]:
+    """A model batch of `n` frames spread over the dataset, with their action chunks."""
+    c = processor.config
+    eps = [ds.episode(e.index) for e in ds.episodes]
+    frames = []
+    for ep in eps:
+        chunks, pad = compute_action_chunks(ep["action"], c.chunk_size)
+        for t in range(len(chunks)):
+            frames.append((ep, t, chunks[t], pad[t]))
+    pick = [frames[i] for i in np.linspace(0, len(frames) - 1, n).astype(int)]
+    images = {
+        cam: np.stack([ep[f"observation.images.{cam}"][t] for ep, t, _, _ in pick])
+        for cam in c.cameras
+    }
+    state = np.stack([ep["observation.state"][t] for ep, t, _, _ in pick])
+    batch = processor(
+        images, state, [ep["task"] for ep, *_ in pick], np.stack([p[2] for p in pick])
+    )
+    return batch | {"action_is_pad": torch.from_numpy(np.stack([p[3] for p in pick]))}
+
+
+def _fixed_loss(ckpt, ds: LeRobotDataset) -> float:
+    """Flow-matching loss of a checkpoint on a fixed batch, noise and flow times."""
+    model, processor = load_checkpoint(ckpt)
+    batch = _fixed_batch(ds, processor)
+    g = torch.Generator().manual_seed(0)
+    noise = torch.randn(batch["actions"].shape, generator=g)
+    time = torch.rand(len(noise), generator=g)
+    with torch.no_grad():
+        return float(model.flow_matching_loss(batch, noise=noise, time=time))
+
+
+def test_training_reduces_loss_and_saves_norm_stats(data, tmp_path):
+    ds = LeRobotDataset(data)
+    kw = {"batch_size": 16, "lr": 2e-3, "warmup_steps": 5, "log_every": 5, "checkpoint_every": 20}
+    first = train_sft(_cfg(data, tmp_path / "run", steps=1, **kw), progress=False)
+    before = _fixed_loss(first, ds)
+    ckpt = train_sft(_cfg(data, tmp_path / "run", steps=60, **kw), progress=False)
+    assert ckpt == tmp_path / "run" / "checkpoints" / "step_00000060"
+    after = _fixed_loss(ckpt, ds)
+    assert after < 0.85 * before, (before, after)
+    losses = [float(v) for v in _losses(tmp_path / "run").values()]
+    assert len(losses) == 13 and all(np.isfinite(losses))
+    with (tmp_path / "run" / "metrics.csv").open() as f:
+        header = next(csv.reader(f))
+    assert header == ["step", "loss", "lr", "grad_norm", "samples_per_s", "elapsed_s"]
+    # the checkpoint rebuilds the model; its norm stats are those of the training targets
+    model, processor = load_checkpoint(ckpt)
+    assert (model.config.proprio_dim, model.config.action_dim) == (12, 4)
+    states, chunks = [], []
+    for e in ds.episodes:
+        ep = ds.episode(e.index)
+        states.append(ep["observation.state"])
+        chunks.append(compute_action_chunks(ep["action"], model.config.chunk_size)[0])
+    expected = compute_norm_stats(np.concatenate(states), np.concatenate(chunks))
+    assert processor.stats == expected and processor.stats.action_representation == "absolute"
+    state = load_train_state(ckpt)
+    assert state["step"] == 60 and "optimizer" in state and "numpy_rng" in state
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["step_00000040", "step_00000060"]  # keep_checkpoints = 2
+
+
+def test_resume_after_a_kill_matches_an_uninterrupted_run(data, tmp_path):
+    train_sft(_cfg(data, tmp_path / "full"), progress=False)
+
+    def kill(step, _):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(_cfg(data, tmp_path / "killed"), progress=False, callback=kill)
+    assert latest_checkpoint(tmp_path / "killed").name == "step_00000002"
+    assert sorted(_losses(tmp_path / "killed")) == [1, 2, 3]
+    steps = []
+    train_sft(_cfg(data, tmp_path / "killed"), False, lambda s, _: steps.append(s))
+    assert steps == [3, 4]  # continued from the checkpoint at step 2
+    assert _losses(tmp_path / "killed") == _losses(tmp_path / "full")  # bitwise, as text
+    a, _ = load_checkpoint(latest_checkpoint(tmp_path / "full"))
+    b, _ = load_checkpoint(latest_checkpoint(tmp_path / "killed"))
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+    # more steps extend the run; a changed config is refused, naming the field
+    steps.clear()
+    train_sft(_cfg(data, tmp_path / "killed", steps=6), False, lambda s, _: steps.append(s))
+    assert steps == [5, 6]
+    with pytest.raises(ValueError, match="lr"):
+        train_sft(_cfg(data, tmp_path / "killed", steps=6, lr=2e-3), progress=False)
+
+
+def test_dataset_errors(data, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(data, bad)
+    info = json.loads((bad / "meta" / "info.json").read_text())
+    (bad / "meta" / "info.json").write_text(json.dumps(info | {"total_frames": 1}))
+    with pytest.raises(DatasetError, match="total_frames"):
+        train_sft(_cfg(bad, tmp_path / "a"), progress=False)
+    (bad / "meta" / "info.json").write_text("{not json")
+    with pytest.raises(DatasetError, match="info.json"):
+        train_sft(_cfg(bad, tmp_path / "b"), progress=False)
+    cams = {"cameras": ("front", "side")}
+    with pytest.raises(DatasetError, match="side"):
+        train_sft(_cfg(data, tmp_path / "c", model_overrides=cams), progress=False)
+    with pytest.raises(ValueError, match="absolute"):  # Cartesian deltas are not state deltas
+        train_sft(_cfg(data, tmp_path / "d", action_representation="delta"), progress=False)
+
+
+def test_closed_loop_evaluation_runs(data, tmp_path):
+    ckpt = train_sft(_cfg(data, tmp_path / "run", steps=2), progress=False)
+    result = evaluate_closed_loop(
+        ckpt, episodes=2, seed=0, max_steps=12, compiler_options=FAST_COMPILE
+    )
+    assert {"success_rate", "mean_return", "mean_length", "success", "first_success"} <= set(result)
+    assert 0.0 <= result["success_rate"] <= 1.0 and len(result["success"]) == 2
+    assert result["episodes"] == 2 and 1 <= result["mean_length"] <= 12
+    assert all("cube and place it on the" in t for t in result["instructions"])

@@ -1,0 +1,646 @@
+"""Supervised fine-tuning (behaviour cloning) of the compact VLA on a LeRobotDataset with the
+flow-matching loss (π0: Black et al. 2024), and closed-loop evaluation in the MJX arm simulator.
+
+Run folder written by `train_sft(cfg)`::
+
+    <out>/sft_config.json               SFTConfig, resolved model config, dataset fingerprint
+    <out>/metrics.csv                   step, loss, lr, grad_norm, samples_per_s, elapsed_s
+    <out>/eval.csv                      step, success_rate, ... (when eval_every > 0)
+    <out>/checkpoints/step_<NNNNNNNN>/  vla.checkpoint folders (config, weights, processor with
+                                        its norm stats, train_state.pt: optimizer, scheduler,
+                                        step, torch / numpy RNG states, dataset info)
+
+A rerun with the same `out` resumes from the newest checkpoint (bitwise the same losses as an
+uninterrupted run on CPU); fields that change the training (everything but `_RESUMABLE`) must
+match, else `ValueError` names them. `steps` may be raised to extend a finished run (the cosine
+schedule is then over the new `steps`).
+
+Actions: the arm datasets of `vla.collect` hold Cartesian tool DELTAS (x, y, z) plus an ABSOLUTE
+gripper command, so the model is trained on them as they are (`action_representation="absolute"`:
+the stored action, normalized); "delta" (action − state[:A]) only makes sense when the action
+components are the same quantities as the first state entries, and is refused for these datasets.
+The norm statistics are computed over exactly the training targets (the action chunks [N, H, A]
+in the chosen representation) and saved in every checkpoint's processor.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
+from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
+from vla.configuration_sft import SFTConfig
+from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
+from vla.modeling_hoverfly_vla import HoverflyVLA
+from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
+
+__all__ = ["evaluate_closed_loop", "latest_checkpoint", "train_sft"]
+
+_RESUMABLE = (
+    "steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+    "eval_every",
+    "eval_episodes",
+    "device",
+)
+"""SFTConfig fields a resumed run may change (they do not alter the optimization path)."""
+_METRICS = ("step", "loss", "lr", "grad_norm", "samples_per_s", "elapsed_s")
+_CKPT = re.compile(r"step_(\d{8})")
+_CARTESIAN_ACTIONS = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
+
+
+# -- data ------------------------------------------------------------------------------------------
+@dataclass
+class _Frames:
+    """Every frame of a dataset in memory: images {camera: uint8 [N, H, W, 3]}, states [N, Ds],
+    action chunks [N, H, A] (absolute, as stored), is_pad [N, H], task [N] (index into tasks)."""
+
+    images: dict[str, np.ndarray]
+    states: np.ndarray
+    chunks: np.ndarray
+    is_pad: np.ndarray
+    task: np.ndarray
+    tasks: list[str]
+
+
+def _camera_key(cam: str) -> str:
+    return f"observation.images.{cam}"
+
+
+def _fingerprint(ds: LeRobotDataset) -> dict[str, Any]:
+    feats = {k: [ft["dtype"], ft["shape"]] for k, ft in sorted(ds.features.items())}
+    return {
+        "total_episodes": ds.num_episodes,
+        "total_frames": len(ds),
+        "fps": ds.fps,
+        "features": feats,
+    }
+
+
+def _model_config(cfg: SFTConfig, ds: LeRobotDataset) -> HoverflyVLAConfig:
+    """The preset with the overrides, sized to the dataset's state and action; DatasetError when
+    the dataset lacks what the model reads."""
+    info_path = ds.root / "meta" / "info.json"
+    for key in ("observation.state", "action"):
+        if key not in ds.features or len(ds.features[key]["shape"]) != 1:
+            raise DatasetError(f"{info_path}: features.{key}: missing or not a vector")
+    sizes = {
+        "proprio_dim": ds.features["observation.state"]["shape"][0],
+        "action_dim": ds.features["action"]["shape"][0],
+    }
+    mcfg = PRESETS[cfg.preset].replace(**(sizes | dict(cfg.model_overrides)))
+    missing = [c for c in mcfg.cameras if _camera_key(c) not in ds.camera_keys]
+    if missing:
+        raise DatasetError(
+            f"{info_path}: features: no camera(s) {missing} (the model reads {list(mcfg.cameras)}; "
+            f"the dataset has {ds.camera_keys})"
+        )
+    for key, dim in (("observation.state", mcfg.proprio_dim), ("action", mcfg.action_dim)):
+        if ds.features[key]["shape"][0] != dim:
+            raise DatasetError(
+                f"{info_path}: features.{key}.shape: {ds.features[key]['shape']}, the model "
+                f"config needs [{dim}]"
+            )
+    if cfg.action_representation == "delta":
+        names = tuple(ds.features["action"].get("names") or ())
+        if names == _CARTESIAN_ACTIONS:
+            raise ValueError(
+                "SFTConfig.action_representation: 'delta' subtracts state[:A] from the action, but "
+                f"this dataset's actions {names} are already relative Cartesian commands plus an "
+                "absolute gripper, not the quantities of state[:A]; use 'absolute'"
+            )
+    return mcfg
+
+
+def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig) -> _Frames:
+    """Decodes every episode once (images stay uint8; the processor resizes per batch)."""
+    images: dict[str, list] = {c: [] for c in mcfg.cameras}
+    states, chunks, pads, task_ids, tasks = [], [], [], [], {}
+    for e in ds.episodes:
+        ep = ds.episode(e.index)
+        for cam in mcfg.cameras:
+            images[cam].append(np.asarray(ep[_camera_key(cam)], np.uint8))
+        states.append(np.asarray(ep["observation.state"], np.float32).reshape(e.length, -1))
+        actions = np.asarray(ep["action"], np.float32).reshape(e.length, -1)
+        chunk, pad = compute_action_chunks(actions, mcfg.chunk_size)
+        chunks.append(chunk)
+        pads.append(pad)
+        task_ids.append(np.full(e.length, tasks.setdefault(ep["task"], len(tasks)), np.int64))
+    if not states:
+        raise DatasetError(f"{ds.root}: total_episodes: the dataset has no episodes")
+    return _Frames(
+        {c: np.concatenate(v) for c, v in images.items()},
+        np.concatenate(states),
+        np.concatenate(chunks),
+        np.concatenate(pads),
+        np.concatenate(task_ids),
+        list(tasks),
+    )
+
+
+def _batch(
+    frames: _Frames, processor: HoverflyVLAProcessor, idx: np.ndarray, device: torch.device
+) -> dict[str, torch.Tensor]:
+    images = {c: frames.images[c][idx] for c in processor.config.cameras}
+    texts = [frames.tasks[i] for i in frames.task[idx]]
+    batch = processor(images, frames.states[idx], texts, frames.chunks[idx])
+    batch["action_is_pad"] = torch.from_numpy(frames.is_pad[idx])
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+# -- optimization ----------------------------------------------------------------------------------
+def _lr_factor(cfg: SFTConfig) -> Callable[[int], float]:
+    """lr(step) / lr: linear warm-up to 1 over `warmup_steps`, then cosine to `min_lr_ratio`."""
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        span = max(cfg.steps - cfg.warmup_steps, 1)
+        progress = min((step - cfg.warmup_steps) / span, 1.0)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def _optimizer(cfg: SFTConfig, model: HoverflyVLA) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+# -- run folder ------------------------------------------------------------------------------------
+def latest_checkpoint(out: str | os.PathLike) -> Path | None:
+    """The newest `step_*` checkpoint of a run folder (None when there is none)."""
+    folder = Path(out) / "checkpoints"
+    found = sorted(p for p in folder.glob("step_*") if _CKPT.fullmatch(p.name) and p.is_dir())
+    return found[-1] if found else None
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _check_same_run(out: Path, record: dict[str, Any]) -> None:
+    """ValueError when `out` holds a run of a different config, DatasetError when its dataset
+    changed; fields in `_RESUMABLE` may differ."""
+    path = out / "sft_config.json"
+    if not path.is_file():
+        return
+    old = json.loads(path.read_text())
+    old_cfg, new_cfg = old.get("sft", {}), record["sft"]
+    changed = sorted(
+        k
+        for k in set(old_cfg) | set(new_cfg)
+        if k not in _RESUMABLE and old_cfg.get(k) != new_cfg.get(k)
+    )
+    if changed:
+        diffs = ", ".join(f"{k}: {old_cfg.get(k)!r} -> {new_cfg.get(k)!r}" for k in changed)
+        raise ValueError(
+            f"{out} holds a run with a different config ({diffs}); use another `out` or delete it"
+        )
+    if old.get("dataset") != record["dataset"]:
+        raise DatasetError(
+            f"{record['sft']['data']}: dataset: differs from the one the run in {out} was trained "
+            f"on (episodes / frames / features)"
+        )
+
+
+def _truncate_csv(path: Path, step: int) -> None:
+    """Drops rows logged after `step` (by a run killed after its last checkpoint)."""
+    if not path.is_file():
+        return
+    with path.open() as f:
+        rows = list(csv.reader(f))
+    if rows:
+        kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
+        with path.open("w", newline="") as f:
+            csv.writer(f).writerows(kept)
+
+
+def _append_csv(path: Path, header: tuple[str, ...], row: dict[str, Any]) -> None:
+    new = not path.is_file()
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        if new:
+            w.writeheader()
+        w.writerow({k: row[k] for k in header})
+
+
+def _prune(out: Path, keep: int) -> None:
+    found = sorted(p for p in (out / "checkpoints").glob("step_*") if _CKPT.fullmatch(p.name))
+    for old in found[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# -- training --------------------------------------------------------------------------------------
+@dataclass
+class _Run:
+    """The mutable training objects of one run folder (this I/O shell's state)."""
+
+    cfg: SFTConfig
+    out: Path
+    record: dict[str, Any]
+    env_info: dict[str, Any] | None
+    frames: _Frames
+    processor: HoverflyVLAProcessor
+    model: HoverflyVLA
+    optimizer: torch.optim.AdamW
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    batch_rng: np.random.Generator
+    noise_gen: torch.Generator
+    step: int = 0
+
+    @classmethod
+    def create(cls, cfg: SFTConfig) -> _Run:
+        """Reads the dataset, builds processor (norm stats), model and optimizer from `cfg`."""
+        out = Path(cfg.out)
+        ds = LeRobotDataset(cfg.data)
+        mcfg = _model_config(cfg, ds)
+        record = {
+            "sft": cfg.to_dict() | {"data": str(Path(cfg.data).resolve())},
+            "model": mcfg.to_dict(),
+            "dataset": _fingerprint(ds),
+        }
+        _check_same_run(out, record)
+        frames = _load_frames(ds, mcfg)
+        stats = compute_norm_stats(
+            frames.states, frames.chunks, cfg.norm_mode, cfg.action_representation
+        )
+        device = torch.device(cfg.device)
+        ss = np.random.SeedSequence(cfg.seed).spawn(3)  # init, batch order, flow noise
+        init_gen = torch.Generator().manual_seed(int(ss[0].generate_state(1)[0]))
+        model = HoverflyVLA(mcfg, generator=init_gen).to(device).train()
+        optimizer = _optimizer(cfg, model)
+        return cls(
+            cfg,
+            out,
+            record,
+            ds.info.get("hoverfly"),
+            frames,
+            HoverflyVLAProcessor(mcfg, stats),
+            model,
+            optimizer,
+            torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg)),
+            np.random.default_rng(ss[1]),
+            torch.Generator(device).manual_seed(int(ss[2].generate_state(1)[0])),
+        )
+
+    def save(self) -> Path:
+        """Checkpoint of the current step (atomic), older ones pruned."""
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "noise_rng": self.noise_gen.get_state(),
+            "numpy_rng": json.dumps(self.batch_rng.bit_generator.state),
+            "sft_config": json.dumps(self.record),
+            "env_info": json.dumps(self.env_info),
+        }
+        path = self.out / "checkpoints" / f"step_{self.step:08d}"
+        save_checkpoint(path, self.model, self.processor, state)
+        _prune(self.out, self.cfg.keep_checkpoints)
+        return path
+
+    def resume(self, path: Path) -> None:
+        """Loads the checkpoint at `path` into the training objects."""
+        state = load_train_state(path)
+        if state is None:
+            raise ValueError(f"{path}: no train_state.pt to resume from")
+        loaded, loaded_processor = load_checkpoint(path, self.model.patch_pos.device)
+        if loaded_processor.to_dict() != self.processor.to_dict():
+            raise DatasetError(
+                f"{path}: processor.json: norm stats / tokenizer differ from the ones the dataset "
+                f"{self.cfg.data} gives now"
+            )
+        self.model.load_state_dict(loaded.state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        factor = _lr_factor(self.cfg)  # over the current `steps`, which may have grown
+        self.scheduler.lr_lambdas = [factor] * len(self.optimizer.param_groups)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * factor(self.step)
+        torch.set_rng_state(state["torch_rng"])
+        self.noise_gen.set_state(state["noise_rng"])
+        self.batch_rng.bit_generator.state = json.loads(state["numpy_rng"])
+
+    def train_step(self) -> dict[str, float]:
+        """One AdamW step on a random batch; returns loss, lr (used), grad_norm (pre-clip)."""
+        cfg = self.cfg
+        idx = self.batch_rng.integers(0, len(self.frames.states), cfg.batch_size)
+        batch = _batch(self.frames, self.processor, idx, self.model.patch_pos.device)
+        loss = self.model.flow_matching_loss(batch, generator=self.noise_gen)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return {"loss": float(loss.detach()), "lr": lr, "grad_norm": float(grad_norm)}
+
+    def evaluate(self) -> None:
+        """Closed-loop evaluation of the current model, appended to eval.csv."""
+        self.model.eval()
+        result = _evaluate(
+            self.model, self.processor, self.env_info, self.cfg.eval_episodes, self.cfg.seed
+        )
+        self.model.train()
+        row = {"step": self.step} | {k: result[k] for k in _EVAL_COLUMNS}
+        _append_csv(self.out / "eval.csv", ("step", *_EVAL_COLUMNS), row)
+
+
+def train_sft(
+    cfg: SFTConfig,
+    progress: bool = True,
+    callback: Callable[[int, dict[str, float]], None] | None = None,
+) -> Path:
+    """Trains (or resumes) the run `cfg.out` to `cfg.steps`; returns its final checkpoint folder.
+
+    `callback(step, metrics)` is called after every optimizer step (an exception raised there
+    stops training like a kill would: the run resumes from its last checkpoint)."""
+    cfg.validate()
+    run = _Run.create(cfg)
+    last = latest_checkpoint(run.out)
+    if last is not None:
+        run.resume(last)
+    run.out.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(run.out / "sft_config.json", run.record)
+    _truncate_csv(run.out / "metrics.csv", run.step)
+    _truncate_csv(run.out / "eval.csv", run.step)
+    final = last if last is not None and run.step >= cfg.steps else None
+    with _progress(progress) as bar:
+        task = bar.add_task("sft", total=cfg.steps, completed=run.step)
+        t0 = t_log = time.perf_counter()
+        n_log = 0
+        while run.step < cfg.steps:
+            metrics = run.train_step()
+            step, n_log = run.step, n_log + cfg.batch_size
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                now = time.perf_counter()
+                rate = n_log / max(now - t_log, 1e-9)
+                row = metrics | {"step": step, "samples_per_s": rate, "elapsed_s": now - t0}
+                _append_csv(run.out / "metrics.csv", _METRICS, row)
+                t_log, n_log = now, 0
+            bar.update(task, completed=step, description=f"sft loss {metrics['loss']:.4f}")
+            if callback is not None:
+                callback(step, metrics)
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                final = run.save()
+            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+                run.evaluate()
+    return final if final is not None else run.save()
+
+
+def _progress(enabled: bool):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    return Progress(*columns, console=Console(stderr=True), disable=not enabled)
+
+
+# -- closed-loop evaluation ------------------------------------------------------------------------
+_EVAL_COLUMNS = ("success_rate", "mean_return", "mean_length", "episodes")
+
+
+def evaluate_closed_loop(
+    checkpoint_dir: str | os.PathLike,
+    episodes: int = 16,
+    seed: int = 0,
+    dataset: str | os.PathLike | None = None,
+    max_steps: int | None = None,
+    device: str = "cpu",
+    compiler_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Success of the checkpoint's policy in the arm env its dataset was collected in.
+
+    The env settings come from the dataset's meta/info.json "hoverfly" section (a copy is kept in
+    the checkpoint's train_state; `dataset` overrides it). `episodes` episodes run batched; each
+    re-plans every `n_action_steps` (see `_evaluate`). `max_steps` shortens the episodes (default:
+    the dataset's `max_steps`). Returns success_rate, mean_return, mean_length, episodes,
+    success [episodes] (bool), first_success [episodes] (step index, -1 if never), seconds."""
+    model, processor = load_checkpoint(checkpoint_dir, device)
+    if dataset is not None:
+        env_info = LeRobotDataset(dataset).info.get("hoverfly")
+    else:
+        state = load_train_state(checkpoint_dir) or {}
+        if "env_info" not in state:
+            raise ValueError(f"{checkpoint_dir}: no env info in train_state.pt; pass `dataset`")
+        env_info = json.loads(state["env_info"])
+    return _evaluate(model, processor, env_info, episodes, seed, max_steps, compiler_options)
+
+
+def _collect_config(env_info: dict[str, Any] | None):
+    from vla.collect import CollectConfig
+
+    if not isinstance(env_info, dict) or "collect" not in env_info:
+        raise DatasetError('meta/info.json: hoverfly: no "collect" settings to rebuild the env')
+    raw = dict(env_info["collect"])
+    names = {f.name for f in dataclasses.fields(CollectConfig)}
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
+    return CollectConfig(**kwargs)
+
+
+@functools.cache
+def _compiled_env(config, k: int, options: tuple) -> tuple[Any, Any, Any]:
+    """(env, jit(vmap(reset)), jit(execute)) for a collect config; execute(state, dead, actions
+    [K, B, A]) -> (state, dead, (success, done, reward) each [K, B]) steps K times (episodes
+    that terminated stay frozen)."""
+    import jax
+    import jax.numpy as jnp
+
+    from vla.collect import make_collect_env
+
+    env = make_collect_env(config)
+    opts = env.compiler_options | dict(options)
+
+    def execute(state, dead, actions):
+        def body(carry, action):
+            s, dead = carry
+            ns = jax.vmap(env.step)(s, action)
+            keep = dead > 0
+
+            def freeze(old, new):
+                return jnp.where(jnp.reshape(keep, (-1,) + (1,) * (old.ndim - 1)), old, new)
+
+            ns = jax.tree.map(freeze, s, ns)
+            out = (ns.metrics["success"], jnp.maximum(dead, ns.done), ns.reward)
+            return (ns, out[1]), out
+
+        (state, dead), out = jax.lax.scan(body, (state, dead), actions)
+        return state, dead, out
+
+    reset = jax.jit(jax.vmap(env.reset), compiler_options=opts)
+    return env, reset, jax.jit(execute, compiler_options=opts)
+
+
+def _evaluate(
+    model: HoverflyVLA,
+    processor: HoverflyVLAProcessor,
+    env_info: dict[str, Any] | None,
+    episodes: int,
+    seed: int,
+    max_steps: int | None = None,
+    compiler_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Runs `episodes` episodes of the policy batched: at each chunk boundary the cameras are
+    rendered for every env (cube in the episode's colour), the state vector is read from the actor
+    observation (`state_fields`), an action chunk is sampled (Euler flow, noise from `seed`),
+    un-normalized, clipped to [-1, 1], and its first K = `n_action_steps` actions are executed.
+
+    Success follows `vla.collect`: the episode's recorded length is `episode_length` (up to
+    `hold_steps` steps after its first success, or its first termination, or `max_steps`) and
+    success is the env's `success` metric at that last step, i.e. the cube reached the goal and
+    is still there `hold_steps` steps later (or at the time limit)."""
+    import jax
+    import jax.numpy as jnp
+
+    from sim.manipulator import CameraRenderer, obs_fields, setup_gl
+    from vla.collect import goal_region, instruction
+
+    setup_gl()
+    start = time.perf_counter()
+    ccfg = _collect_config(env_info)
+    c = model.config
+    t_max = ccfg.max_steps if max_steps is None else int(max_steps)
+    k = c.n_action_steps
+    env, reset, execute = _compiled_env(ccfg, k, tuple(sorted((compiler_options or {}).items())))
+    arm = env.unwrapped
+    layout, at = {}, 0
+    for name, size in obs_fields(env.action_size):
+        layout[name] = np.arange(at, at + size)
+        at += size
+    state_idx = jnp.asarray(np.concatenate([layout[f] for f in env_info["state_fields"]]))
+    key_env, key_policy = jax.random.split(jax.random.key(seed))
+    state = reset(jax.random.split(key_env, episodes))
+    dead = jnp.zeros(episodes)
+    noise_gen = torch.Generator(model.patch_pos.device).manual_seed(
+        int(jax.random.randint(key_policy, (), 0, 2**31 - 1))
+    )
+    colours = [ccfg.colours[i % len(ccfg.colours)] for i in range(episodes)]
+    goals = np.asarray(jax.device_get(state.data.goal))
+    texts = [
+        instruction(col, goal_region(g[:2], arm.config.init.cube_center))
+        for col, g in zip(colours, goals, strict=True)
+    ]
+    (h, w), cams = ccfg.image_size, c.cameras
+    look = (colours, arm.index.cube_geom)
+    success, done, reward = [], [], []
+    with CameraRenderer(env, cams, h, w) as renderer:
+        if not ccfg.shadows:
+            renderer.model.light_castshadow[:] = 0
+        t = 0
+        while t < t_max:
+            actions = _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen)
+            state, dead, (s, d, r) = execute(state, dead, actions)
+            success.append(np.asarray(s))
+            done.append(np.asarray(d))
+            reward.append(np.asarray(r))
+            t += k
+            if _all_finished(np.concatenate(success), np.concatenate(done), ccfg.hold_steps):
+                break
+    out = _summarize(success, done, reward, ccfg.hold_steps, t_max)
+    return out | {"instructions": texts, "seconds": time.perf_counter() - start}
+
+
+def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen):
+    """Actions [K, B, A] (jax) of a new chunk for the batched env `state`: renders the cameras
+    (look = (cube colour per episode, cube geom id)), reads the proprio state (JAX → torch
+    through DLPack), samples a chunk and un-normalizes it."""
+    import jax.numpy as jnp
+
+    from vla.collect import COLOURS
+
+    c, w = model.config, renderer.width
+    images = _render(renderer, state, *look, COLOURS)
+    obs = {cam: images[..., i * w : (i + 1) * w, :] for i, cam in enumerate(c.cameras)}
+    proprio = torch.from_dlpack(jnp.take(state.obs["state"], state_idx, axis=1))
+    proprio = proprio.to(torch.float32)
+    batch = processor(obs, proprio, texts)
+    batch = {key: v.to(model.patch_pos.device) for key, v in batch.items()}
+    chunk = model.sample_actions(batch, generator=noise_gen).cpu()
+    actions = processor.actions_from_model(chunk, proprio)[:, : c.n_action_steps]
+    return jnp.from_dlpack(actions.clamp(-1.0, 1.0).transpose(0, 1).contiguous())
+
+
+def _summarize(success: list, done: list, reward: list, hold: int, t_max: int) -> dict[str, Any]:
+    """Episode results from per-chunk success / done / reward [K, B] (as `vla.collect`)."""
+    from vla.collect import episode_length
+
+    success = np.concatenate(success)[:t_max].T
+    done = np.concatenate(done)[:t_max].T
+    reward = np.concatenate(reward)[:t_max].T
+    lengths = [episode_length(s, d, hold) for s, d in zip(success, done, strict=True)]
+    ok = [bool(success[i, n - 1] > 0) for i, n in enumerate(lengths)]
+    return {
+        "success_rate": float(np.mean(ok)),
+        "mean_return": float(np.mean([reward[i, :n].sum() for i, n in enumerate(lengths)])),
+        "mean_length": float(np.mean(lengths)),
+        "episodes": len(ok),
+        "success": ok,
+        "first_success": [int(np.argmax(s > 0)) if (s > 0).any() else -1 for s in success],
+    }
+
+
+def _all_finished(success: np.ndarray, done: np.ndarray, hold: int) -> bool:
+    """Whether every episode's recorded length (`episode_length`) is already fixed by the
+    steps so far, success / done [T, B]."""
+    t = len(success)
+    for s, d in zip(success.T, done.T, strict=True):
+        first = np.flatnonzero(s > 0)
+        if not ((len(first) and first[0] + 1 + hold <= t) or (d > 0).any()):
+            return False
+    return True
+
+
+def _render(renderer, state, colours: list[str], cube_geom: int, palette: dict) -> np.ndarray:
+    """[B, H, W · cams, 3] uint8 images of a batched env state, each cube in its colour."""
+    import jax
+
+    data = jax.device_get(state.data)
+    qpos, mocap = data.physics.qpos, data.physics.mocap_pos
+    half = np.asarray(data.params.cube_half_size)
+    shape = (len(colours), renderer.height, renderer.width * len(renderer.cameras), 3)
+    out = np.empty(shape, np.uint8)
+    for colour in sorted(set(colours)):
+        idx = np.array([i for i, c in enumerate(colours) if c == colour])
+        renderer.model.geom_rgba[cube_geom] = palette[colour]
+        out[idx] = renderer.render(qpos[idx], mocap[idx], half[idx])
+    return out
