@@ -76,7 +76,7 @@ class Export:
     run: tyro.conf.Positional[Path]
     """Run folder."""
     out: Path
-    """Output file (.onnx), written only after the checks pass."""
+    """Output file (.onnx), written only after the checks pass (a VLA run: an output folder)."""
     format: Literal["onnx"] = "onnx"
     """Artifact format."""
     precision: Literal["fp32", "fp16", "int8", "fp8"] = "fp32"
@@ -256,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_command(cmd) -> dict:
     """Exporters and deployment live in floor 3; imported here so `train` stays light."""
+    if isinstance(cmd, Export) and (
+        (cmd.run / "model.safetensors").is_file() or (cmd.run / "sft_config.json").is_file()
+    ):
+        return _export_vla(cmd)
     if isinstance(cmd, Export):
         from deploy.onnx_export import export_onnx
 
@@ -328,6 +332,23 @@ def _run_command(cmd) -> dict:
             raise RunError(str(e)) from None
         return report
     raise AssertionError(cmd)
+
+
+def _export_vla(cmd: Export) -> dict:
+    """A VLA checkpoint (or an SFT run's latest) → prefix.onnx + denoise_step.onnx in `out`."""
+    if cmd.precision != "fp32":
+        raise RunError(f"the VLA exports in fp32 only, not {cmd.precision}")
+    from vla.export_onnx import export_vla_onnx
+    from vla.sft import latest_checkpoint
+
+    ckpt = cmd.run if (cmd.run / "model.safetensors").is_file() else latest_checkpoint(cmd.run)
+    if ckpt is None:
+        raise RunError(f"{cmd.run} has no VLA checkpoint yet")
+    try:
+        report = export_vla_onnx(ckpt, cmd.out)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    return {"checkpoint": str(ckpt), **report}
 
 
 def _format_report(report: dict, width: int = 100) -> str:

@@ -1,5 +1,5 @@
-"""`hoverfly vla collect|sft`: demonstrations and behaviour cloning through the command, and
-their bad-input errors."""
+"""`hoverfly vla collect|sft` and `hoverfly export` of a VLA run: demonstrations, behaviour
+cloning and ONNX through the command, and their bad-input errors."""
 
 from __future__ import annotations
 
@@ -56,6 +56,14 @@ def test_sft_trains_and_resumes(dataset, tmp_path):
     assert json.loads(proc.stdout)["checkpoint"].endswith("step_00000005")
     rows = (run / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows][-1] == 5
+    proc = hoverfly("export", run, "--out", tmp_path / "onnx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["checkpoint"].endswith("step_00000005") and report["max_abs_error"] < 1e-4
+    assert {"prefix.onnx", "denoise_step.onnx"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
+    proc = hoverfly("export", run, "--out", tmp_path / "onnx8", "--precision", "int8")
+    assert proc.returncode == 2
+    one_line_error(proc.stderr, "fp32 only")
 
 
 def test_sft_refuses_bad_input(dataset, tmp_path):

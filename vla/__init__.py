@@ -15,4 +15,8 @@ data tools run without it):
   in the LeRobotDataset layout (v3.0 written; v3.0 and v2.x read).
 - `vla.collect`: `collect` scripted-expert demonstrations with rendered cameras and an instruction
   per episode (`hoverfly vla collect`).
+- `vla.configuration_sft` (`SFTConfig`, torch-free) and `vla.sft`: `train_sft` (resumable),
+  `evaluate_closed_loop` in the MJX arm env (`hoverfly vla sft`).
+- `vla.export_onnx`: `export_vla_onnx` (prefix + one denoise step, parity-checked against torch;
+  `hoverfly export VLA_RUN --out DIR`).
 """
