@@ -50,6 +50,18 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Moves the finished folder `tmp` to `path`, replacing an existing `path`: old aside, new in,
+    old removed (both renames are atomic)."""
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, path)
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     model: HoverflyVLA,
@@ -72,13 +84,7 @@ def save_checkpoint(
         _write_json(tmp / PROCESSOR_NAME, processor.to_dict())
         if train_state is not None:
             torch.save(dict(train_state), tmp / TRAIN_STATE_NAME)
-        if path.exists():  # swap: old aside, new in, old removed
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
+        replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

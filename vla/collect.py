@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from algos.residual import field_layout
 from sim import make_env
 from sim.env import Env
 from sim.manipulator import (
@@ -221,12 +222,11 @@ def _features(config: CollectConfig) -> dict[str, dict]:
     return make_features(state_names, ACTION_NAMES, cams, config.image_dtype, extra)
 
 
-def _state_index() -> np.ndarray:
-    start, where = 0, {}
-    for name, size in obs_fields(4):
-        where[name] = np.arange(start, start + size)
-        start += size
-    return np.concatenate([where[f] for f in STATE_FIELDS])
+def state_index(fields: Sequence[str] = STATE_FIELDS, action_size: int = 4) -> np.ndarray:
+    """Indices into the arm's `obs["state"]` of the named fields (`obs_fields`), in order: the
+    VLA state vector is `obs["state"][..., state_index()]`."""
+    layout = field_layout(obs_fields(action_size))
+    return np.concatenate([np.arange(*layout[f]) for f in fields])
 
 
 def _frames(
@@ -238,7 +238,7 @@ def _frames(
     done = np.zeros(length, bool)
     done[-1] = True
     frames = {
-        "observation.state": obs[:, _state_index()],
+        "observation.state": obs[:, state_index()],
         "observation.environment_state": obs,
         "action": ep["action"][:length].astype(np.float32),
         "next.reward": ep["reward"][:length].astype(np.float32),
@@ -387,5 +387,6 @@ __all__ = [
     "make_collect_env",
     "make_rollout",
     "make_test_dataset",
+    "state_index",
     "rollout_episodes",
 ]

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vla.checkpoint import PROCESSOR_NAME, load_checkpoint
+from vla.checkpoint import PROCESSOR_NAME, load_checkpoint, replace_dir
 from vla.modeling_hoverfly_vla import HoverflyVLA, PrefixCache
 
 __all__ = [
@@ -290,13 +289,7 @@ def export_vla_onnx(
                 f"ONNX parity check failed: max abs error {err:.3g} > tolerance {tolerance:g}"
             )
 
-        if out_dir.exists():  # swap: old aside, new in, old removed
-            old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex}"
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

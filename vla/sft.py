@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from algos.run_folder import atomic_write
 from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
 from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
 from vla.configuration_sft import SFTConfig
@@ -195,12 +196,6 @@ def latest_checkpoint(out: str | os.PathLike) -> Path | None:
     folder = Path(out) / "checkpoints"
     found = sorted(p for p in folder.glob("step_*") if _CKPT.fullmatch(p.name) and p.is_dir())
     return found[-1] if found else None
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _check_same_run(out: Path, record: dict[str, Any]) -> None:
@@ -389,7 +384,7 @@ def train_sft(
     if last is not None:
         run.resume(last)
     run.out.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(run.out / "sft_config.json", run.record)
+    atomic_write(run.out / "sft_config.json", json.dumps(run.record, indent=2) + "\n")
     _truncate_csv(run.out / "metrics.csv", run.step)
     _truncate_csv(run.out / "eval.csv", run.step)
     final = last if last is not None and run.step >= cfg.steps else None
@@ -532,8 +527,8 @@ def _evaluate(
     import jax
     import jax.numpy as jnp
 
-    from sim.manipulator import CameraRenderer, obs_fields, setup_gl
-    from vla.collect import goal_region, instruction
+    from sim.manipulator import CameraRenderer, setup_gl
+    from vla.collect import goal_region, instruction, state_index
 
     setup_gl()
     start = time.perf_counter()
@@ -543,11 +538,7 @@ def _evaluate(
     k = c.n_action_steps
     env, reset, execute = _compiled_env(ccfg, k, tuple(sorted((compiler_options or {}).items())))
     arm = env.unwrapped
-    layout, at = {}, 0
-    for name, size in obs_fields(env.action_size):
-        layout[name] = np.arange(at, at + size)
-        at += size
-    state_idx = jnp.asarray(np.concatenate([layout[f] for f in env_info["state_fields"]]))
+    state_idx = jnp.asarray(state_index(env_info["state_fields"], env.action_size))
     key_env, key_policy = jax.random.split(jax.random.key(seed))
     state = reset(jax.random.split(key_env, episodes))
     dead = jnp.zeros(episodes)
