@@ -9,6 +9,7 @@
   hoverfly deploy crazyflie RUN --uri URI
   hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S]
   hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--steps N] [--eval-episodes N]
+  hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo] [--iterations N] [--sft-coef λ --sft-data D]
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
 line is parsed once to learn the task, the preset and the algo, then again with that preset (for
@@ -32,6 +33,7 @@ from algos import PRESETS, TrainConfig, get_preset, runner
 from algos.run_folder import RunError
 from sim import TASKS
 from vla.collect import CollectConfig
+from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
 
 Preset = Literal[tuple(sorted(PRESETS))]  # type: ignore[valid-type]
@@ -213,13 +215,33 @@ class VlaSft:
 
 
 @dataclasses.dataclass(frozen=True)
+class VlaRl:
+    """RL post-training of an SFT'd VLA on action chunks in the simulator (PPO with the value head,
+    or GRPO; optional RL-Co anchor on held demonstrations); an existing run at --out is resumed."""
+
+    init: Annotated[
+        Path,
+        tyro.conf.Positional,
+        tyro.conf.arg(
+            metavar="SFT_RUN", help="SFT run folder (its newest checkpoint) or checkpoint."
+        ),
+    ]
+    config: Annotated[RLConfig, tyro.conf.arg(name="")] = RLConfig()
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+    cache_dir: Path | None = runner.default_cache_dir()
+    """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Vla:
-    """Vision-language-action models: demonstrations and supervised fine-tuning."""
+    """Vision-language-action models: demonstrations, supervised fine-tuning, RL post-training."""
 
     command: Annotated[
         Union[  # noqa: UP007
             Annotated[VlaCollect, tyro.conf.subcommand("collect", prefix_name=False)],
             Annotated[VlaSft, tyro.conf.subcommand("sft", prefix_name=False)],
+            Annotated[VlaRl, tyro.conf.subcommand("rl", prefix_name=False)],
         ],
         tyro.conf.arg(name=""),
     ]
@@ -331,6 +353,20 @@ def _run_command(cmd) -> dict:
         except (ValueError, DatasetError, FileNotFoundError) as e:
             raise RunError(str(e)) from None
         return report
+    if isinstance(cmd, VlaRl):
+        from vla.dataset import DatasetError
+
+        try:
+            from vla.rl import summarize, train_rl
+        except ImportError as e:
+            raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
+
+        runner.enable_compilation_cache(cmd.cache_dir)
+        try:
+            train_rl(dataclasses.replace(cmd.config, init=str(cmd.init)), progress=not cmd.json)
+        except (ValueError, DatasetError, FileNotFoundError) as e:
+            raise RunError(str(e)) from None
+        return summarize(cmd.config.out)
     raise AssertionError(cmd)
 
 
@@ -404,7 +440,8 @@ def _commands(train_default: Train) -> type:
 
 
 # The task is the positional TASK of `train`, so TrainConfig.task and the env configs' task
-# (which make_env derives from the task) are hidden from the options.
+# (which make_env derives from the task) are hidden from the options; so is RLConfig.init, the
+# positional SFT_RUN of `vla rl`.
 _REGISTRY = ConstructorRegistry()
 _building: list[type] = []
 
@@ -414,7 +451,8 @@ def _hide_task_fields(info: StructTypeInfo) -> StructConstructorSpec | None:
     from sim.manipulator import ArmConfig
     from sim.quadrotor import QuadrotorConfig
 
-    if info.type not in (TrainConfig, QuadrotorConfig, ArmConfig) or info.type in _building:
+    hidden = {TrainConfig: "task", QuadrotorConfig: "task", ArmConfig: "task", RLConfig: "init"}
+    if info.type not in hidden or info.type in _building:
         return None
     _building.append(info.type)
     try:
@@ -425,7 +463,7 @@ def _hide_task_fields(info: StructTypeInfo) -> StructConstructorSpec | None:
         return None
     fields = tuple(
         dataclasses.replace(f, type=Annotated[f.type, tyro.conf.Suppress])
-        if f.name == "task"
+        if f.name == hidden[info.type]
         else f
         for f in spec.fields
     )

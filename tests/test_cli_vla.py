@@ -74,3 +74,14 @@ def test_sft_refuses_bad_input(dataset, tmp_path):
     proc = hoverfly("vla", "sft", "--data", data, "--out", tmp_path / "r", "--lr", "-1")
     assert proc.returncode == 2
     one_line_error(proc.stderr, "lr")
+
+
+def test_rl_refuses_bad_input(tmp_path):
+    proc = hoverfly("vla", "rl", tmp_path / "missing", "--out", tmp_path / "r")
+    assert proc.returncode == 2
+    one_line_error(proc.stderr, "missing")
+    proc = hoverfly("vla", "rl", tmp_path / "x", "--out", tmp_path / "r", "--algo", "grpo",
+                    "--num-envs", "6", "--group-size", "4")  # fmt: skip
+    assert proc.returncode == 2
+    one_line_error(proc.stderr, "group_size")
+    assert not (tmp_path / "r").exists()

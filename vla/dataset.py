@@ -35,12 +35,12 @@ import collections
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 READ_VERSIONS = ("v2.0", "v2.1", "v3.0")
 VISUAL = ("video", "image")
@@ -81,6 +81,9 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _read_parquet(path: Path) -> pa.Table:
+    import pyarrow as pa  # here, not at the top: the sim-side vla tools run without pyarrow
+    import pyarrow.parquet as pq
+
     if not path.is_file():
         raise _error(path, "file", "missing")
     try:
@@ -127,6 +130,9 @@ def _image_hw(ft: dict) -> tuple[int, int]:
 
 def _column(path: Path, table: pa.Table, key: str, ft: dict) -> np.ndarray | list:
     """Values [N, n] of a list column, [N] of a scalar one, or a list (PNG bytes, strings)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if key not in table.column_names:
         raise _error(path, key, "column missing")
     col = table.column(key).combine_chunks()

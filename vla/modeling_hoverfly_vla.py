@@ -339,6 +339,7 @@ class HoverflyVLA(nn.Module):
         obs: dict[str, torch.Tensor],
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
+        cache: PrefixCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Flow-noise sampler (πRL): each Euler step is a Gaussian transition
         x_{k+1} ~ N(x_k + dt · v(x_k, t_k), σ²), σ = `noise_std()`.
@@ -346,9 +347,10 @@ class HoverflyVLA(nn.Module):
         Returns actions [B, H, A] (= trajectory[:, -1]), the denoising trajectory
         [B, N + 1, H, A] (x_0 = initial noise ... x_N) and the chunk log-probability [B]: the sum of
         the N per-step Gaussian log-densities (the N(0, I) density of x_0 does not depend on the
-        parameters and is left out). `log_prob(obs, trajectory)` recomputes it exactly.
+        parameters and is left out). `log_prob(obs, trajectory)` recomputes it exactly. `cache`:
+        the prefix of `obs` when already embedded.
         """
-        cache = self.embed_prefix(obs)
+        cache = self.embed_prefix(obs) if cache is None else cache
         x = self._initial_noise(cache.mask.shape[0], noise, generator)
         std = self.noise_std()
         traj, logp = [x], torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
@@ -360,16 +362,22 @@ class HoverflyVLA(nn.Module):
             traj.append(x)
         return x, torch.stack(traj, dim=1), logp
 
-    def log_prob(self, obs: dict[str, torch.Tensor], trajectory: torch.Tensor) -> torch.Tensor:
+    def log_prob(
+        self,
+        obs: dict[str, torch.Tensor],
+        trajectory: torch.Tensor,
+        cache: PrefixCache | None = None,
+    ) -> torch.Tensor:
         """Chunk log-probability [B] of a recorded flow-noise trajectory [B, N + 1, H, A] under the
-        current parameters (differentiable; same step order as `sample_with_logprob`)."""
+        current parameters (differentiable; same step order as `sample_with_logprob`). `cache`:
+        the prefix of `obs` when already embedded (e.g. shared with `value`)."""
         c = self.config
         shape = (c.num_flow_steps + 1, c.chunk_size, c.action_dim)
         if trajectory.dim() != 4 or tuple(trajectory.shape[1:]) != shape:
             raise ValueError(
                 f"trajectory has shape {list(trajectory.shape)}, expected [B, *{list(shape)}]"
             )
-        cache = self.embed_prefix(obs)
+        cache = self.embed_prefix(obs) if cache is None else cache
         std = self.noise_std()
         logp = torch.zeros(trajectory.shape[0], dtype=trajectory.dtype, device=trajectory.device)
         for k in range(c.num_flow_steps):

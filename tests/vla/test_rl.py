@@ -1,0 +1,201 @@
+"""RL post-training of the compact VLA (`vla.rl`): hand-computed GAE / GRPO / clipped-loss oracles,
+and short PPO and GRPO (+ RL-Co anchor) runs in the MJX arm env that resume after a kill."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from vla.checkpoint import load_checkpoint, load_train_state
+from vla.collect import FAST_COMPILE, make_test_dataset
+from vla.configuration_rl import RLConfig
+from vla.configuration_sft import SFTConfig
+from vla.rl import (
+    _rollout,
+    compute_gae,
+    compute_group_advantages,
+    compute_policy_loss,
+    train_rl,
+)
+from vla.sft import train_sft
+
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg, EGL probe
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One intra-op thread: on a busy 2-core machine two OpenMP threads are ~20x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- oracles ---------------------------------------------------------------------------------------
+def test_gae_matches_a_hand_computation():
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 9.0], [0.5, 0.0, 0.0, 0.0]])
+    values = torch.tensor([[0.1, 0.2, 0.3, 9.0], [0.4, 0.5, 9.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    g, lam = 0.9, 0.8
+    adv, ret = compute_gae(rewards, values, mask, g, lam)
+    # episode 0 ends at t = 2 (no bootstrap), episode 1 at t = 1
+    d2 = 1.0 - 0.3
+    d1 = 0.0 + g * 0.3 - 0.2
+    d0 = 0.0 + g * 0.2 - 0.1
+    a0 = [d0 + g * lam * (d1 + g * lam * d2), d1 + g * lam * d2, d2, 0.0]
+    e1 = 0.0 - 0.5
+    e0 = 0.5 + g * 0.5 - 0.4
+    a1 = [e0 + g * lam * e1, e1, 0.0, 0.0]
+    torch.testing.assert_close(adv, torch.tensor([a0, a1]))
+    torch.testing.assert_close(ret, (torch.tensor([a0, a1]) + values) * mask)
+
+
+def test_group_advantages_and_dynamic_sampling():
+    outcomes = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    adv, keep = compute_group_advantages(outcomes, 4)
+    # group 0: mean 0.25, population std sqrt(3) / 4
+    std = math.sqrt(3) / 4
+    expected = [(1 - 0.25) / std] + [-0.25 / std] * 3 + [0.0] * 4
+    torch.testing.assert_close(adv, torch.tensor(expected), atol=1e-5, rtol=1e-5)
+    assert keep.tolist() == [True] * 4 + [False] * 4  # all succeeded: no signal
+    _, keep_all = compute_group_advantages(outcomes, 4, drop_uniform=False)
+    assert keep_all.all()
+
+
+def test_clipped_loss_and_kl():
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    same = torch.tensor([-3.0, -4.0, -5.0])
+    loss, stats = compute_policy_loss(same, same, adv, 0.2, 0.28)
+    assert float(loss) == pytest.approx(-float(adv.mean()))
+    assert float(stats["approx_kl"]) == 0.0 and float(stats["clip_frac"]) == 0.0
+    # ratio e^1 with A > 0 is clipped at 1.28 (clip-higher); ratio e^-1 with A < 0 at 0.8
+    logp = same + torch.tensor([1.0, -1.0, 0.0])
+    loss, stats = compute_policy_loss(logp, same, adv, 0.2, 0.28)
+    assert float(loss) == pytest.approx(-(1.28 * 1.0 + 0.8 * -1.0 + 2.0) / 3, rel=1e-6)
+    assert float(stats["clip_frac"]) == pytest.approx(2 / 3)
+    k3 = ((math.e - 1 - 1) + (math.exp(-1) - 1 + 1)) / 3
+    assert float(stats["approx_kl"]) == pytest.approx(k3, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("init", ""), ("algo", "a2c"), ("iterations", 0), ("clip_low", 1.5), ("sft_coef", 1.0)],
+)
+def test_validate_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field.split("_coef")[0]):
+        RLConfig(**({"init": "x"} | {field: value})).validate()
+    with pytest.raises(ValueError, match="group_size"):
+        RLConfig(init="x", algo="grpo", num_envs=6, group_size=4).validate()
+
+
+# -- runs in the simulator -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rl")
+    data = make_test_dataset(root / "demo", episodes=3, seed=0)
+    cfg = SFTConfig(
+        data=str(data), out=str(root / "sft"), preset="test", steps=2, batch_size=8,
+        warmup_steps=1, checkpoint_every=2, eval_episodes=0,
+    )  # fmt: skip
+    train_sft(cfg, progress=False)
+    return root
+
+
+def _cfg(root, out, **kw) -> RLConfig:
+    base = {
+        "init": str(root / "sft"),
+        "out": str(out),
+        "iterations": 2,
+        "num_envs": 4,
+        "max_steps": 12,
+        "epochs": 1,
+        "minibatch_size": 8,
+        "value_warmup_iterations": 1,
+        "eval_every": 0,
+        "eval_episodes": 2,
+        "target_kl": None,
+        "lr": 1e-3,
+    }
+    return RLConfig(**(base | kw))
+
+
+def _rows(path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _learning(rows) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows]
+
+
+def test_rollout_logprob_is_recomputed_exactly(sft_run):
+    model, processor = load_checkpoint(sorted((sft_run / "sft" / "checkpoints").iterdir())[-1])
+    import json
+
+    ckpt = sorted((sft_run / "sft" / "checkpoints").iterdir())[-1]
+    env_info = json.loads(load_train_state(ckpt)["env_info"])
+    ro = _rollout(model.eval(), processor, env_info, 4, 2, 7, 8, 0.0, tuple(FAST_COMPILE.items()))
+    assert ro.trajectory.shape[:2] == ro.mask.shape == (4, 2)
+    assert ro.texts[0] == ro.texts[1] and ro.texts[2] == ro.texts[3]  # groups share a reset
+    np.testing.assert_array_equal(ro.proprio[0, 0], ro.proprio[1, 0])
+    w = ro.images.shape[3] // 2
+    batch = {
+        k: v
+        for k, v in processor(
+            {"front": ro.images[:, 0, :, :w], "wrist": ro.images[:, 0, :, w:]},
+            ro.proprio[:, 0],
+            ro.texts,
+        ).items()
+    }
+    with torch.no_grad():
+        logp = model.log_prob(batch, ro.trajectory[:, 0])
+    torch.testing.assert_close(logp, ro.logp[:, 0], atol=1e-3, rtol=1e-5)
+    assert not torch.equal(ro.trajectory[0, 0], ro.trajectory[1, 0])  # independent noise
+
+
+def test_ppo_run_logs_evaluates_and_resumes_after_a_kill(sft_run, tmp_path):
+    opts = FAST_COMPILE
+    final = train_rl(_cfg(sft_run, tmp_path / "full"), progress=False, compiler_options=opts)
+    assert final.name == "iter_000002"
+    rows = _rows(tmp_path / "full" / "metrics.csv")
+    assert [r["iteration"] for r in rows] == ["1", "2"]
+    assert float(rows[0]["policy_loss"]) == 0.0  # critic warm-up: value head only
+    assert float(rows[1]["approx_kl"]) >= 0 and float(rows[1]["value_loss"]) > 0
+    assert all(int(r["chunks"]) >= 4 and float(r["entropy"]) < 0 for r in rows)
+    assert [r["iteration"] for r in _rows(tmp_path / "full" / "eval.csv")] == ["0", "2"]
+    assert (tmp_path / "full" / "learning_curve.png").stat().st_size > 1000
+    assert load_train_state(final)["iteration"] == 2
+
+    def kill(it, _):
+        if it == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(_cfg(sft_run, tmp_path / "killed"), False, kill, opts)
+    train_rl(_cfg(sft_run, tmp_path / "killed"), progress=False, compiler_options=opts)
+    assert _learning(_rows(tmp_path / "killed" / "metrics.csv")) == _learning(rows)
+    a, _ = load_checkpoint(final)
+    b, _ = load_checkpoint(tmp_path / "killed" / "checkpoints" / "iter_000002")
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+    with pytest.raises(ValueError, match="lr"):
+        train_rl(_cfg(sft_run, tmp_path / "killed", lr=1.0), progress=False)
+
+
+def test_grpo_with_sft_anchor(sft_run, tmp_path):
+    cfg = _cfg(
+        sft_run,
+        tmp_path / "grpo",
+        algo="grpo",
+        group_size=2,
+        iterations=1,
+        dynamic_sampling=False,
+        sft_coef=0.5,
+        sft_data=str(sft_run / "demo"),
+    )
+    train_rl(cfg, progress=False, compiler_options=FAST_COMPILE)
+    (row,) = _rows(tmp_path / "grpo" / "metrics.csv")
+    assert float(row["sft_loss"]) > 0 and float(row["value_loss"]) == 0.0
+    assert int(row["updates"]) >= 1 and float(row["groups_kept"]) == 1.0
