@@ -33,7 +33,13 @@ from flax import serialization
 from algos import ppo, sac
 from algos.config_io import ConfigError, from_dict, to_dict
 from algos.presets import TrainConfig
-from algos.residual import BasePolicy, ResidualWrapper, base_from_run, field_layout
+from algos.residual import (
+    BasePolicy,
+    ResidualWrapper,
+    base_from_run,
+    field_layout,
+    registered_base,
+)
 from policies import ActorCritic, make_policy
 from policies.sac import SACNetworks, make_sac_policy
 from sim import Env, make_env, manipulator, quadrotor
@@ -384,6 +390,8 @@ def _residual_base(cfg: TrainConfig, env: Env) -> BasePolicy:
         if cfg.family != "arm":
             raise ValueError(f'residual base "scripted" drives the arm, not {cfg.task}')
         return manipulator.make_scripted_base(env.unwrapped)
+    if base != "run":  # a base registered by a package above algos/ (e.g. "vla" by vla.residual)
+        return registered_base(base)(cfg.residual.base_run, env)
     run = load_run(Path(cfg.residual.base_run))
     if run.config.task != cfg.task:
         raise ValueError(

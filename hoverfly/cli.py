@@ -10,6 +10,7 @@
   hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S]
   hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--steps N] [--eval-episodes N]
   hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo] [--iterations N] [--sft-coef λ --sft-data D]
+  hoverfly vla residual --checkpoint SFT_RUN --out RUN [--ppo.total-timesteps N]   # frozen-VLA base
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
 line is parsed once to learn the task, the preset and the algo, then again with that preset (for
@@ -33,6 +34,7 @@ from algos import PRESETS, TrainConfig, get_preset, runner
 from algos.run_folder import RunError
 from sim import TASKS
 from vla.collect import CollectConfig
+from vla.configuration_residual import VLAResidualConfig
 from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
 
@@ -234,6 +236,18 @@ class VlaRl:
 
 
 @dataclasses.dataclass(frozen=True)
+class VlaResidual:
+    """A PPO residual (object-centric inputs with pose noise and dropout) on a frozen VLA in arm
+    pick-place, then the base alone vs base + residual over the same episodes; resumable."""
+
+    config: Annotated[VLAResidualConfig, tyro.conf.arg(name="")]
+    json: bool = False
+    """Print one JSON object on stdout and nothing else."""
+    cache_dir: Path | None = runner.default_cache_dir()
+    """JAX persistent compilation cache ($HOVERFLY_CACHE_DIR overrides the default; None: off)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Vla:
     """Vision-language-action models: demonstrations, supervised fine-tuning, RL post-training."""
 
@@ -242,6 +256,7 @@ class Vla:
             Annotated[VlaCollect, tyro.conf.subcommand("collect", prefix_name=False)],
             Annotated[VlaSft, tyro.conf.subcommand("sft", prefix_name=False)],
             Annotated[VlaRl, tyro.conf.subcommand("rl", prefix_name=False)],
+            Annotated[VlaResidual, tyro.conf.subcommand("residual", prefix_name=False)],
         ],
         tyro.conf.arg(name=""),
     ]
@@ -279,7 +294,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run_command(cmd) -> dict:
     """Exporters and deployment live in floor 3; imported here so `train` stays light."""
     if isinstance(cmd, Export) and (
-        (cmd.run / "model.safetensors").is_file() or (cmd.run / "sft_config.json").is_file()
+        any(
+            (cmd.run / f).is_file()
+            for f in ("model.safetensors", "sft_config.json", "rl_config.json")
+        )
     ):
         return _export_vla(cmd)
     if isinstance(cmd, Export):
@@ -367,22 +385,31 @@ def _run_command(cmd) -> dict:
         except (ValueError, DatasetError, FileNotFoundError) as e:
             raise RunError(str(e)) from None
         return summarize(cmd.config.out)
+    if isinstance(cmd, VlaResidual):
+        try:
+            from vla.residual import train_vla_residual
+        except ImportError as e:
+            raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
+
+        try:
+            result = train_vla_residual(cmd.config, cache_dir=cmd.cache_dir)
+        except (ValueError, FileNotFoundError) as e:
+            raise RunError(str(e)) from None
+        return result["eval"] or result
     raise AssertionError(cmd)
 
 
 def _export_vla(cmd: Export) -> dict:
-    """A VLA checkpoint (or an SFT run's latest) → prefix.onnx + denoise_step.onnx in `out`."""
+    """A VLA checkpoint (or an SFT / RL run's latest) → prefix.onnx + denoise_step.onnx in `out`."""
     if cmd.precision != "fp32":
         raise RunError(f"the VLA exports in fp32 only, not {cmd.precision}")
+    from vla.checkpoint import resolve_checkpoint
     from vla.export_onnx import export_vla_onnx
-    from vla.sft import latest_checkpoint
 
-    ckpt = cmd.run if (cmd.run / "model.safetensors").is_file() else latest_checkpoint(cmd.run)
-    if ckpt is None:
-        raise RunError(f"{cmd.run} has no VLA checkpoint yet")
     try:
+        ckpt = resolve_checkpoint(cmd.run)
         report = export_vla_onnx(ckpt, cmd.out)
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         raise RunError(str(e)) from None
     return {"checkpoint": str(ckpt), **report}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -36,6 +37,7 @@ __all__ = [
     "WEIGHTS_NAME",
     "load_checkpoint",
     "load_train_state",
+    "resolve_checkpoint",
     "save_checkpoint",
 ]
 
@@ -177,3 +179,23 @@ def load_train_state(path: str | os.PathLike) -> dict[str, Any] | None:
     if not isinstance(state, dict):
         raise ValueError(f"{file}: expected a dict, got {type(state).__name__}")
     return state
+
+
+_RUN_CHECKPOINT = re.compile(r"(step|iter)_\d+")
+"""Checkpoint folder names of the run folders: SFT `step_<N>`, RL `iter_<N>`."""
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """`path` when it is a checkpoint folder, else the newest checkpoint of the run folder `path`
+    (`checkpoints/step_*` of an SFT run, `checkpoints/iter_*` of an RL run).
+    FileNotFoundError when there is none."""
+    path = Path(path)
+    if (path / CONFIG_NAME).is_file():
+        return path
+    folder = path / "checkpoints"
+    found = sorted(
+        p for p in folder.glob("*_*") if _RUN_CHECKPOINT.fullmatch(p.name) and p.is_dir()
+    )
+    if not found:
+        raise FileNotFoundError(f"{path}: neither a VLA checkpoint nor a run folder with one")
+    return found[-1]

@@ -53,7 +53,6 @@ from sim.manipulator import (
     obs_fields,
     setup_gl,
 )
-from vla.dataset_writer import Writer, make_features
 
 COLOURS = {
     "red": (0.8, 0.15, 0.1, 1.0),
@@ -204,6 +203,8 @@ def _batches(
 
 
 def _features(config: CollectConfig) -> dict[str, dict]:
+    from vla.dataset_writer import make_features  # pyarrow: only where a dataset is written
+
     sizes = dict(obs_fields(4))
     state_names = [f"{f}_{i}" for f in STATE_FIELDS for i in range(sizes[f])]
     env_names = [f"{f}_{i}" for f, n in obs_fields(4) for i in range(n)]
@@ -290,6 +291,8 @@ def collect(
     `compiler_options` are added to the env's for the rollout's jit. Returns `out`.
 
     Raises `RuntimeError` when `max_attempts` rollouts give too few successful episodes."""
+    from vla.dataset_writer import Writer
+
     config = dataclasses.replace(config or CollectConfig(), **overrides)
     config.validate()
     setup_gl()  # probes EGL in a child process: before JAX starts its threads

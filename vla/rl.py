@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from algos.run_folder import atomic_write
-from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
+from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint, save_checkpoint
 from vla.configuration_rl import RLConfig
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor
@@ -67,7 +67,6 @@ from vla.sft import (
     _progress,
     _render,
     _truncate_csv,
-    latest_checkpoint,
 )
 
 __all__ = [
@@ -331,17 +330,6 @@ def _model_batch(
 
 
 # -- run folder ------------------------------------------------------------------------------------
-def _init_checkpoint(init: str) -> Path:
-    """The checkpoint folder `init` names: itself, or the newest of a (SFT or RL) run folder."""
-    path = Path(init)
-    if (path / "config.json").is_file():
-        return path
-    found = latest_checkpoint(path) or _latest_iter(path)
-    if found is None:
-        raise FileNotFoundError(f"{init}: neither a VLA checkpoint nor a run folder with one")
-    return found
-
-
 def _latest_iter(out: Path) -> Path | None:
     folder = out / "checkpoints"
     found = sorted(p for p in folder.glob("iter_*") if _CKPT.fullmatch(p.name) and p.is_dir())
@@ -394,7 +382,7 @@ class _Run:
     @classmethod
     def create(cls, cfg: RLConfig) -> _Run:
         out = Path(cfg.out)
-        init = _init_checkpoint(cfg.init).resolve()
+        init = resolve_checkpoint(cfg.init).resolve()
         device = torch.device(cfg.device)
         model, processor = load_checkpoint(init, device)
         reference, _ = load_checkpoint(init, device)

@@ -1,11 +1,21 @@
 """Residual RL: a bounded correction trained on top of a frozen base policy, as an env wrapper that
-PPO and SAC train unchanged (a classical controller, a trained run, or later a VLA as the base)."""
+PPO and SAC train unchanged (a classical controller, a trained run, or a frozen VLA, registered
+by `vla.residual`, as the base)."""
 
-from algos.residual.base import BasePolicy, base_from_callable, base_from_run, zero_policy
+from algos.residual.base import (
+    BaseFactory,
+    BasePolicy,
+    base_from_callable,
+    base_from_run,
+    register_base,
+    registered_base,
+    zero_policy,
+)
 from algos.residual.config import ObsAugmentation, ResidualConfig, ResidualScale
 from algos.residual.wrapper import ResidualWrapper, field_layout, residual_scale
 
 __all__ = [
+    "BaseFactory",
     "BasePolicy",
     "ObsAugmentation",
     "ResidualConfig",
@@ -14,6 +24,8 @@ __all__ = [
     "base_from_callable",
     "base_from_run",
     "field_layout",
+    "register_base",
+    "registered_base",
     "residual_scale",
     "zero_policy",
 ]

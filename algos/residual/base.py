@@ -2,7 +2,12 @@
 
 A base policy is any object with pure `init() -> carry` and `apply(obs [obs], carry) ->
 (action [A] in [-1, 1], carry)` over one (unbatched) env: `sim.quadrotor.controller.Controller`
-already has this shape (its carry holds the PID integrators and the rotor-speed estimate).
+already has this shape (its carry holds the PID integrators and the rotor-speed estimate). A base
+with `needs_state` also receives the wrapped env's `State` (e.g. one that renders cameras from the
+simulator state): `init(state) -> carry`, `apply(obs, carry, state) -> (action, carry)`.
+
+Bases that live above `algos/` (a VLA in `vla/`) register a factory by name (`register_base`), so
+that a run folder naming them rebuilds its env once the registering package is imported.
 """
 
 from __future__ import annotations
@@ -19,9 +24,34 @@ class BasePolicy(NamedTuple):
     apply(obs [obs_size], carry) -> (action [A], carry), pure JAX, unbatched.
     obs_size: the observation size it expects (checked by the wrapper), None if any."""
 
-    init: Callable[[], Any]
-    apply: Callable[[jax.Array, Any], tuple[jax.Array, Any]]
+    init: Callable[..., Any]
+    apply: Callable[..., tuple[jax.Array, Any]]
     obs_size: int | None = None
+    needs_state: bool = False
+    """When True: init(state) and apply(obs, carry, state), `state` the wrapped env's unbatched
+    `sim.State` (at reset, and after each step)."""
+
+
+BaseFactory = Callable[[str, Any], BasePolicy]
+"""factory(source, env) -> BasePolicy: `source` is `ResidualConfig.base_run` (e.g. a checkpoint
+path), `env` the unbatched env the base drives. Raises `ValueError` for an env it cannot drive."""
+_REGISTRY: dict[str, BaseFactory] = {}
+
+
+def register_base(name: str, factory: BaseFactory) -> None:
+    """Makes `ResidualConfig.base == name` build its base with `factory` (replacing an earlier
+    registration of that name)."""
+    _REGISTRY[name] = factory
+
+
+def registered_base(name: str) -> BaseFactory:
+    """The factory registered under `name`; `ValueError` naming what to import when none is."""
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"no residual base {name!r} is registered (its package registers it on import: "
+            f'"vla" is registered by vla.residual)'
+        )
+    return _REGISTRY[name]
 
 
 def base_from_callable(fn: Callable[[jax.Array], jax.Array], obs_size: int | None = None):

@@ -60,18 +60,22 @@ class ResidualConfig:
     Bases: "controller", the cascaded PID/geometric Crazyflie controller
     (`sim.quadrotor.controller`, quadrotor tasks); "scripted", the scripted pick-and-place policy
     (`sim.manipulator.scripted`, arm tasks with cartesian actions); "run", the deterministic actor
-    of the trained run folder `base_run` (same task family and observation).
+    of the trained run folder `base_run` (same task family and observation); "vla", the frozen
+    VLA checkpoint `base_run` (built by the factory `vla.residual` registers: algos does not
+    import vla, see `algos.residual.register_base`).
     """
 
-    base: Literal["none", "controller", "scripted", "run"] = "none"
+    base: Literal["none", "controller", "scripted", "run", "vla"] = "none"
     """Frozen base policy."""
     base_run: str = ""
-    """Run folder of the base when base is "run"."""
+    """Run folder of the base when base is "run"; VLA checkpoint folder when base is "vla"."""
     scale: ResidualScale = ResidualScale()
     augmentation: ObsAugmentation = ObsAugmentation()
 
     def validate(self) -> None:
         self.scale.validate()
         self.augmentation.validate()
-        if (self.base == "run") != bool(self.base_run):
-            raise ValueError('residual.base_run is needed exactly when residual.base is "run"')
+        if (self.base in ("run", "vla")) != bool(self.base_run):
+            raise ValueError(
+                'residual.base_run is needed exactly when residual.base is "run" or "vla"'
+            )

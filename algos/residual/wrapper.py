@@ -49,7 +49,8 @@ def residual_scale(cfg: ResidualScale, progress: jax.Array) -> jax.Array:
 class ResidualWrapper(Wrapper):
     """Unbatched env whose action [A] is the residual; wrap before `sim.wrap_for_training`.
 
-    base: a base policy (`algos.residual.BasePolicy`, `sim.quadrotor.controller.Controller`, ...).
+    base: a base policy (`algos.residual.BasePolicy`, `sim.quadrotor.controller.Controller`, ...);
+    one with `needs_state` also gets the wrapped env's State (after reset and after each step).
     scale: the residual-scale schedule. augmentation: observation corruption (needs `layout`).
     layout: {field name: (start, stop)} of the actor observation (see `field_layout`).
 
@@ -71,6 +72,7 @@ class ResidualWrapper(Wrapper):
         scale.validate()
         augmentation.validate()
         self.base, self.scale, self.augmentation = base, scale, augmentation
+        self._needs_state = bool(getattr(base, "needs_state", False))
         n = env.observation_size["state"][0]
         want = getattr(base, "obs_size", None)
         if want is not None and want != n:
@@ -108,7 +110,11 @@ class ResidualWrapper(Wrapper):
         obs = inner.obs["state"]
         corrupted = self._corrupt(obs, held, key_aug, first)
         targets = self.augmentation.targets
-        base_action, carry = self.base.apply(corrupted if "base" in targets else obs, carry)
+        base_obs = corrupted if "base" in targets else obs
+        if self._needs_state:
+            base_action, carry = self.base.apply(base_obs, carry, inner)
+        else:
+            base_action, carry = self.base.apply(base_obs, carry)
         base_action = jnp.clip(base_action, -1.0, 1.0)
         actor_obs = corrupted if "residual" in targets else obs
         wrapped = {
@@ -134,7 +140,8 @@ class ResidualWrapper(Wrapper):
             metrics={**inner.metrics, "residual/scale": z, "residual/correction": z}
         )
         obs = inner.obs["state"]
-        return self._wrap(inner, self.base.init(), jnp.zeros_like(obs), first=True)
+        carry = self.base.init(inner) if self._needs_state else self.base.init()
+        return self._wrap(inner, carry, jnp.zeros_like(obs), first=True)
 
     def step(self, state: State, action: jax.Array) -> State:
         info = state.info

@@ -1,0 +1,218 @@
+"""Residual RL on a frozen VLA (`vla.residual`): the base plans as the closed-loop evaluator of
+`vla.sft` does, re-plans every K steps, the wrapper with zero correction is the base alone, and a
+short PPO run writes a run folder that resumes and compares base vs base + residual.
+
+A tiny random-weight TEST-preset checkpoint is written directly (no dataset: the env info goes
+into its train_state.pt), so the only slow part is compiling the MJX arm (one compile for the
+base tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from algos.residual import ResidualScale, ResidualWrapper
+from algos.run_folder import list_checkpoints, load_run, read_metrics
+from sim.manipulator import CameraRenderer
+from vla.checkpoint import save_checkpoint
+from vla.collect import (
+    FAST_COMPILE,
+    STATE_FIELDS,
+    CollectConfig,
+    goal_region,
+    instruction,
+    make_collect_env,
+    state_index,
+)
+from vla.configuration_hoverfly_vla import TEST
+from vla.modeling_hoverfly_vla import HoverflyVLA
+from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
+from vla.residual import VLAResidualConfig, evaluate_vla_residual, make_vla_base, train_vla_residual
+from vla.sft import _plan
+
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # EGL probe
+
+B, T = 3, 8  # envs; steps (2 chunks of K = 4)
+COLLECT = CollectConfig(image_size=(32, 32), max_steps=12, colours=("red", "blue"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A random TEST-preset VLA for the arm (12 states, 4 actions) with the collect env info."""
+    config = TEST.replace(proprio_dim=12, action_dim=4)
+    model = HoverflyVLA(config, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    stats = compute_norm_stats(
+        torch.randn(32, 12, generator=g), 0.3 * torch.randn(32, config.chunk_size, 4, generator=g)
+    )
+    info = {"collect": dataclasses.asdict(COLLECT), "state_fields": list(STATE_FIELDS)}
+    path = tmp_path_factory.mktemp("vla") / "ckpt"
+    return save_checkpoint(
+        path, model, HoverflyVLAProcessor(config, stats), {"env_info": json.dumps(info)}
+    )
+
+
+@pytest.fixture(scope="module")
+def wrapped(checkpoint):
+    """(env, base, wrapper, roll): roll(progress, residual [T, B, A]) -> (first state, last
+    state, per-step outputs [T, B, ...]) of the wrapper whose scale is 0 at progress 0 and 0.5 at
+    progress 1 (one compile for every case)."""
+    env = make_collect_env(COLLECT)
+    base = make_vla_base(checkpoint, env, device="cpu")
+    w = ResidualWrapper(env, base, ResidualScale(start=0.0, end=0.5, ramp=1.0))
+
+    def roll(progress, residual):
+        first = jax.vmap(w.reset)(jax.random.split(jax.random.key(3), B))
+        first = first.replace(info={**first.info, "progress": jnp.full(B, progress)})
+
+        def step(s, a):
+            ns = jax.vmap(w.step)(s, a)
+            out = {
+                "base_action": s.info["base_action"],
+                "chunk_step": s.info["base_state"].step,
+                "qpos": ns.data.physics.qpos,
+                "correction": ns.metrics["residual/correction"],
+                "scale": ns.metrics["residual/scale"],
+            }
+            return ns, out
+
+        last, out = jax.lax.scan(step, first, residual)
+        return first, last, out
+
+    opts = env.compiler_options | FAST_COMPILE
+    return env, base, w, jax.jit(roll, compiler_options=opts)
+
+
+def _plan_each(checkpoint, env, state, colours):
+    """`vla.sft._plan` (the closed-loop evaluator's planner) on each env of a batched wrapper
+    state alone, noise from a generator seeded like the base's fixed noise: [B, K, A]."""
+    from vla.checkpoint import load_checkpoint
+
+    model, processor = load_checkpoint(checkpoint)
+    idx = jnp.asarray(state_index(STATE_FIELDS, 4))
+    inner = state.replace(obs=state.info["inner_obs"])
+    center = env.unwrapped.config.init.cube_center
+    out = []
+    with CameraRenderer(env, model.config.cameras, *COLLECT.image_size) as renderer:
+        renderer.model.light_castshadow[:] = 0
+        for b in range(B):
+            one = jax.tree.map(lambda x, b=b: x[b : b + 1], inner)
+            colour = COLLECT.colours[int(colours[b])]
+            goal = np.asarray(one.data.goal[0])
+            texts = [instruction(colour, goal_region(goal[:2], center))]
+            look = ([colour], env.unwrapped.index.cube_geom)
+            gen = torch.Generator().manual_seed(0)  # = noise_seed: the same first draw
+            actions = _plan(model, processor, renderer, one, idx, texts, look, gen)
+            out.append(np.asarray(actions)[:, 0])
+    return np.stack(out)
+
+
+def test_base_plans_like_the_closed_loop_evaluator_and_replans_every_k(checkpoint, wrapped):
+    env, base, _, roll = wrapped
+    planner = base.apply.planner
+    plans = planner.plans
+    k = 4
+    rng = np.random.default_rng(0)
+    residual = jnp.asarray(rng.uniform(-1, 1, (T, B, 4)), jnp.float32)
+    first, last, out = jax.device_get(roll(0.0, residual))
+    assert planner.plans - plans == B * (1 + T // k)  # at reset, after K and after 2K steps
+    carry0, carry = first.info["base_state"], last.info["base_state"]
+    assert set(np.asarray(carry0.colour)) <= {0, 1}
+    # the chunk at reset and the one re-planned after 2K steps are `_plan`'s for the same state
+    np.testing.assert_allclose(
+        carry0.chunk, _plan_each(checkpoint, env, first, carry0.colour), atol=2e-5
+    )
+    np.testing.assert_allclose(
+        carry.chunk, _plan_each(checkpoint, env, last, carry.colour), atol=2e-5
+    )
+    assert np.array_equal(carry.colour, carry0.colour)  # the episode keeps its cube colour
+    # the base plays chunk[t mod K]: the reset chunk for t < K, then a new one
+    steps = np.asarray(out["chunk_step"])
+    assert np.array_equal(steps[:, 0], [1, 2, 3, 4, 1, 2, 3, 4])
+    np.testing.assert_array_equal(out["base_action"][:k], np.swapaxes(carry0.chunk, 0, 1))
+    assert not np.allclose(out["base_action"][k], out["base_action"][0])
+    assert np.all(np.abs(out["base_action"]) <= 1.0)
+
+
+def test_zero_correction_is_the_base_alone(wrapped):
+    """Scale 0 with random residual actions (the base alone) and scale 0.5 with zero residual
+    actions give bitwise the same episodes; a non-zero correction changes them."""
+    _, _, _, roll = wrapped
+    rng = np.random.default_rng(1)
+    residual = jnp.asarray(rng.uniform(-1, 1, (T, B, 4)), jnp.float32)
+    _, _, alone = jax.device_get(roll(0.0, residual))
+    _, _, zero = jax.device_get(roll(1.0, jnp.zeros_like(residual)))
+    for key in ("base_action", "qpos"):
+        np.testing.assert_array_equal(alone[key], zero[key], err_msg=key)
+    assert np.all(alone["correction"] == 0) and np.all(zero["correction"] == 0)
+    assert np.all(alone["scale"] == 0) and np.all(zero["scale"] == 0.5)
+    _, _, corrected = jax.device_get(roll(1.0, residual))
+    assert np.all(corrected["correction"] > 0)
+    assert not np.array_equal(corrected["qpos"][-1], alone["qpos"][-1])
+
+
+def test_base_checks_the_env(checkpoint):
+    from sim import make_env
+    from sim.manipulator import ArmConfig
+
+    with pytest.raises(ValueError, match="cartesian"):
+        make_vla_base(checkpoint, make_env("arm-reach", ArmConfig()), device="cpu")
+
+
+@pytest.mark.slow  # 7.5 min on a shared 2-core CPU: two PPO compiles of the MJX arm, one eval
+def test_short_training_writes_a_run_folder_that_resumes(checkpoint, tmp_path):
+    from algos.ppo import PPOConfig
+    from policies import NetworkConfig
+
+    ppo = PPOConfig(
+        num_envs=4,
+        unroll_length=4,
+        num_minibatches=2,
+        update_epochs=1,
+        total_timesteps=3 * 16,
+        network=NetworkConfig(actor_hidden=(16,), critic_hidden=(16,), init_log_std=-1.5),
+    )
+    cfg = VLAResidualConfig(
+        str(checkpoint), str(tmp_path / "run"), ppo=ppo, episode_steps=6, eval_episodes=2
+    )
+    first = train_vla_residual(cfg, stop_after=1, cache_dir=None)
+    assert (first["update"], first["total"], first["eval"]) == (1, 3, None)
+    second = train_vla_residual(cfg, stop_after=1, cache_dir=None)
+    assert second["update"] == 2
+    run = tmp_path / "run"
+    assert [p.name for p in list_checkpoints(run)] == [
+        "ckpt_00000001.msgpack",
+        "ckpt_00000002.msgpack",
+    ]
+    assert [r["update"] for r in read_metrics(run)] == [1.0, 2.0]
+    assert "resume from ckpt_00000001" in (run / "run.log").read_text()
+    loaded = load_run(run)
+    assert loaded.config.residual.base == "vla" and loaded.update == 2
+    result = evaluate_vla_residual(run, episodes=2)
+    assert set(result) == {"base", "residual", "gain_points", "update"}
+    assert result["base"]["episodes"] == result["residual"]["episodes"] == 2
+
+
+def test_the_vla_base_is_registered_for_run_folders():
+    from algos.residual import ResidualConfig, registered_base
+    from vla import residual
+
+    assert registered_base("vla") is residual._registered_vla_base
+    with pytest.raises(ValueError, match="registered"):
+        registered_base("no-such-base")
+    with pytest.raises(ValueError, match="base_run"):
+        ResidualConfig(base="vla").validate()

@@ -1,0 +1,362 @@
+"""Residual RL on a frozen VLA: the compact VLA (`vla.modeling_hoverfly_vla`) as the base policy of
+`algos.residual.ResidualWrapper`, a state-based residual trained with PPO on object-centric inputs
+(object-pose noise and dropout), in the run folder of `algos.run_folder`.
+
+Residual policy learning on a frozen imitation policy: Ankile et al., "From Imitation to
+Refinement -- Residual RL for Precise Assembly" (2024); Silver et al., "Residual Policy Learning"
+(2018); the object-centric recipe (the residual sees object poses with noise and dropout, the base
+sees images) as in `benchmarks/residual_manipulator.py`.
+
+The base acts as the closed-loop evaluator of `vla.sft` does: every K = `n_action_steps` steps it
+renders the front and wrist cameras (cube in the episode's colour, the instruction from colour and
+goal region), reads the proprio state from the observation (`vla.collect.state_index`), samples a
+chunk, un-normalizes it, clips it to [-1, 1] and plays its first K actions. Inside the jitted,
+vmapped env step this is one `jax.pure_callback` per step (`vmap_method="broadcast_all"`: the host
+gets the whole batch); its carry holds the chunk [K, A], the step within it and the cube colour,
+and only the envs whose chunk is exhausted are rendered and re-planned (identical scenes once).
+The flow noise is fixed (one [H, A] draw from `noise_seed`), so the base is a deterministic
+function of (images, proprio, instruction): the residual learns against a reproducible base.
+
+`import vla.residual` registers the base "vla" (`algos.residual.register_base`), so a run folder
+with `residual.base = "vla"` (`residual.base_run` = the VLA checkpoint) loads with
+`algos.run_folder.load_run` once this module is imported (algos/ cannot import vla/).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from algos.evaluate import eval_steps, rollout, summarize
+from algos.presets import ARM_PRESETS, EvalConfig, TrainConfig
+from algos.residual import BasePolicy, ObsAugmentation, ResidualConfig, register_base
+from algos.run_folder import atomic_write, load_run, make_run_policy, make_train_env
+from sim import Env, State, manipulator
+from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint
+from vla.configuration_residual import POSE_FIELDS, VLAResidualConfig
+
+__all__ = [
+    "POSE_FIELDS",
+    "VLABaseCarry",
+    "VLAResidualConfig",
+    "evaluate_vla_residual",
+    "make_vla_base",
+    "residual_train_config",
+    "train_vla_residual",
+]
+
+EVAL_FILE = "eval_vla_residual.json"
+
+
+class VLABaseCarry(NamedTuple):
+    """The VLA base's per-env carry. chunk: [K, A] actions of the current chunk (clipped, env
+    units). step: [] int32 index of the next action in it (K: re-plan). colour: [] int32 index of
+    the cube colour into the checkpoint's collect colours (drawn at reset)."""
+
+    chunk: jax.Array
+    step: jax.Array
+    colour: jax.Array
+
+
+# -- host side -----------------------------------------------------------------------------------
+class _Planner:
+    """Host planner of a batch (numpy in, numpy out). Rendering and the model run on one worker
+    thread that owns the GL context (created there on first use): XLA may call back from any of
+    its threads, a GL context is current in one thread at a time."""
+
+    def __init__(self, model, processor, env: Env, ccfg, noise: torch.Tensor):
+        from vla.collect import COLOURS
+
+        self.model, self.processor, self.env = model, processor, env
+        self.ccfg, self.noise = ccfg, noise
+        self.palette = [COLOURS[c] for c in ccfg.colours]
+        self.center = env.unwrapped.config.init.cube_center
+        self.k = model.config.n_action_steps
+        self.plans = 0  # envs planned (rendered), for tests and logs
+        self._renderer = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vla-base")
+        self._lock = threading.Lock()
+
+    def __call__(self, need, qpos, mocap, half, goal, proprio, colour, chunk) -> np.ndarray:
+        """chunk [..., K, A] with the rows where `need` [...] is set re-planned."""
+        with self._lock:
+            return self._pool.submit(
+                self._plan_batch, need, qpos, mocap, half, goal, proprio, colour, chunk
+            ).result()
+
+    def _plan_batch(self, need, qpos, mocap, half, goal, proprio, colour, chunk) -> np.ndarray:
+        lead = np.shape(need)
+        n = int(np.prod(lead, dtype=np.int64))
+        out = np.array(chunk, np.float32).reshape(n, *np.shape(chunk)[len(lead) :])
+        rows = np.flatnonzero(np.asarray(need).reshape(n))
+        if rows.size == 0:
+            return out.reshape(np.shape(chunk))
+        flat = [np.asarray(a).reshape(n, -1)[rows] for a in (qpos, mocap, half, goal, proprio)]
+        col = np.asarray(colour).reshape(n)[rows]
+        # identical scenes (e.g. the padding of the auto-reset) are planned once
+        key = np.concatenate([a.astype(np.float64) for a in flat] + [col[:, None]], axis=1)
+        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        q, m, h, g, p = (a[first] for a in flat)
+        planned = self.plan(q, m.reshape(len(first), -1, 3), h[:, 0], g, p, col[first])
+        out[rows] = planned[inverse.reshape(-1)]
+        self.plans += len(first)
+        return out.reshape(np.shape(chunk))
+
+    def plan(self, qpos, mocap, half, goal, proprio, colour) -> np.ndarray:
+        """Actions [N, K, A] (clipped) of new chunks for N scenes: qpos [N, nq], mocap [N, nm, 3],
+        half [N] (m), goal [N, 3] (m), proprio [N, Ds], colour [N] (index)."""
+        from vla.collect import goal_region, instruction
+
+        names = self.ccfg.colours
+        texts = [
+            instruction(names[c], goal_region(gl[:2], self.center))
+            for c, gl in zip(colour, goal, strict=True)
+        ]
+        images = self._render(qpos, mocap, half, colour)
+        c, w = self.model.config, self.ccfg.image_size[1]
+        obs = {cam: images[..., i * w : (i + 1) * w, :] for i, cam in enumerate(c.cameras)}
+        state = torch.from_numpy(np.asarray(proprio, np.float32))
+        device = self.model.patch_pos.device
+        with torch.inference_mode():
+            batch = {k: v.to(device) for k, v in self.processor(obs, state, texts).items()}
+            noise = self.noise.to(device).expand(len(state), *self.noise.shape).contiguous()
+            chunk = self.model.sample_actions(batch, noise=noise).cpu()
+            actions = self.processor.actions_from_model(chunk, state)[:, : self.k]
+        return actions.clamp(-1.0, 1.0).numpy().astype(np.float32)
+
+    def _render(self, qpos, mocap, half, colour) -> np.ndarray:
+        """[N, H, W · cams, 3] uint8, each cube in its colour (as `vla.sft._render`)."""
+        if self._renderer is None:
+            h, w = self.ccfg.image_size
+            self._renderer = manipulator.CameraRenderer(self.env, self.model.config.cameras, h, w)
+            if not self.ccfg.shadows:
+                self._renderer.model.light_castshadow[:] = 0
+        r = self._renderer
+        geom = self.env.unwrapped.index.cube_geom
+        out = np.empty((len(qpos), r.height, r.width * len(r.cameras), 3), np.uint8)
+        for c in np.unique(colour):
+            idx = np.flatnonzero(colour == c)
+            r.model.geom_rgba[geom] = self.palette[int(c)]
+            out[idx] = r.render(qpos[idx], mocap[idx], half[idx])
+        return out
+
+
+# -- the base ------------------------------------------------------------------------------------
+def _env_info(checkpoint_dir: Path) -> dict[str, Any]:
+    state = load_train_state(checkpoint_dir) or {}
+    if "env_info" not in state or not state["env_info"]:
+        raise ValueError(
+            f"{checkpoint_dir}: no env info in train_state.pt (an SFT checkpoint has it); pass "
+            "env_info (a dataset's meta/info.json 'hoverfly' section)"
+        )
+    return json.loads(state["env_info"])
+
+
+def _check_env(env: Env, model_config, state_idx: np.ndarray) -> None:
+    arm = env.unwrapped
+    if not isinstance(arm, manipulator.ArmEnv):
+        raise ValueError(f"a VLA base drives the arm, not {type(arm).__name__}")
+    if arm.config.action_space != "cartesian" or arm.config.task != "pick_place":
+        raise ValueError("the VLA base needs arm pick-place with cartesian actions")
+    if env.action_size != model_config.action_dim or len(state_idx) != model_config.proprio_dim:
+        raise ValueError(
+            f"the VLA takes {model_config.proprio_dim} states and gives {model_config.action_dim} "
+            f"actions; the env gives {len(state_idx)} and takes {env.action_size}"
+        )
+
+
+def make_vla_base(
+    checkpoint_dir: str | os.PathLike,
+    env: Env,
+    *,
+    env_info: dict[str, Any] | None = None,
+    noise_seed: int = 0,
+    device: str | None = None,
+) -> BasePolicy:
+    """The frozen VLA of `checkpoint_dir` as a residual base for the unbatched arm env `env`
+    (pick-place, Cartesian actions: the env of `vla.collect.make_collect_env`, wrappers allowed).
+
+    `env_info`: the dataset's "hoverfly" info (collect settings, state fields; default: the copy
+    in the checkpoint's train_state.pt). `noise_seed`: the fixed flow noise [H, A] of every plan.
+    `device`: torch device (default: cuda when available, else cpu).
+
+    Returns a `BasePolicy` with `needs_state`: init(state) -> `VLABaseCarry` (colour drawn from
+    the reset key), apply(obs [O], carry, state) -> (action [A] in [-1, 1], carry), pure JAX
+    (a `jax.pure_callback`; jit and vmap it). Raises `ValueError` for an env it cannot drive."""
+    from vla.collect import state_index
+    from vla.sft import _collect_config
+
+    path = Path(checkpoint_dir)
+    env_info = _env_info(path) if env_info is None else env_info
+    ccfg = _collect_config(env_info)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    manipulator.setup_gl()  # probes EGL in a child process: before XLA calls back
+    model, processor = load_checkpoint(path, device)
+    c = model.config
+    state_idx = state_index(env_info["state_fields"], env.action_size)
+    _check_env(env, c, state_idx)
+    g = torch.Generator().manual_seed(noise_seed)
+    noise = torch.randn((1, c.chunk_size, c.action_dim), generator=g)[0]
+    planner = _Planner(model, processor, env, ccfg, noise)
+    k, a, n_colours = c.n_action_steps, c.action_dim, len(ccfg.colours)
+    idx = jnp.asarray(state_idx)
+
+    def init(state: State) -> VLABaseCarry:
+        key = jax.random.fold_in(state.info["rng"], 0x5EED)  # derived, not the env's own key
+        colour = jax.random.randint(key, (), 0, n_colours, jnp.int32)
+        return VLABaseCarry(jnp.zeros((k, a)), jnp.asarray(k, jnp.int32), colour)
+
+    def apply(obs: jax.Array, carry: VLABaseCarry, state: State):
+        need = carry.step >= k
+        px = state.data.physics
+        chunk = jax.pure_callback(
+            planner,
+            jax.ShapeDtypeStruct((k, a), jnp.float32),
+            need,
+            px.qpos,
+            px.mocap_pos,
+            state.data.params.cube_half_size,
+            state.data.goal,
+            obs[idx],
+            carry.colour,
+            carry.chunk.astype(jnp.float32),
+            vmap_method="broadcast_all",
+        )
+        step = jnp.where(need, 0, carry.step)
+        action = jax.lax.stop_gradient(chunk[step])
+        return action, VLABaseCarry(chunk, step + 1, carry.colour)
+
+    apply.planner = planner  # the host side, for tests and logs (`plans`, `plan`)
+    return BasePolicy(init, apply, env.observation_size["state"][0], needs_state=True)
+
+
+_BASES: dict[tuple, BasePolicy] = {}
+
+
+def _registered_vla_base(source: str, env: Env) -> BasePolicy:
+    """Factory of the registered base "vla": one base per checkpoint and arm config in a process
+    (training, its final evaluation and `evaluate_vla_residual` share the model and renderer)."""
+    arm = env.unwrapped
+    key = (str(Path(source).resolve()), getattr(arm, "config", None), env.observation_size["state"])
+    if key not in _BASES:
+        _BASES[key] = make_vla_base(source, env)
+    return _BASES[key]
+
+
+register_base("vla", _registered_vla_base)
+
+
+# -- training ------------------------------------------------------------------------------------
+def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
+    """The `algos` TrainConfig of a VLA residual run (saved as the run's config.json)."""
+    from vla.sft import _collect_config
+
+    ckpt = resolve_checkpoint(cfg.checkpoint).resolve()
+    ccfg = _collect_config(_env_info(ckpt))
+    steps = cfg.episode_steps or ccfg.max_steps
+    arm = manipulator.ArmConfig(task="pick_place", action_space="cartesian", episode_steps=steps)
+    seconds = steps * arm.ctrl_dt
+    residual = ResidualConfig(
+        base="vla", base_run=str(ckpt), scale=cfg.scale, augmentation=cfg.augmentation
+    )
+    return dataclasses.replace(
+        ARM_PRESETS["cpu"],
+        task="arm-pick-place",
+        seed=cfg.seed,
+        arm=arm,
+        arm_perturbation=cfg.perturbation,
+        residual=residual,
+        ppo=cfg.ppo,
+        eval=EvalConfig(
+            episodes=cfg.eval_episodes,
+            seconds=seconds,
+            settle_seconds=arm.ctrl_dt,
+            seed=cfg.eval_seed,
+        ),
+        checkpoint_every=cfg.checkpoint_every,
+    )
+
+
+def train_vla_residual(
+    cfg: VLAResidualConfig,
+    *,
+    stop_after: int | None = None,
+    evaluate: bool = True,
+    cache_dir: Any = "default",
+    console: Any = None,
+) -> dict[str, Any]:
+    """Trains (or resumes) the residual run `cfg.out` with `algos.runner.train` (its eval.json:
+    base + residual under the training augmentation), then, once complete and with `evaluate`,
+    compares the base alone with base + residual (`evaluate_vla_residual`).
+
+    `stop_after`: end this session after that many updates (resume by calling again).
+    Returns {"run", "update", "total", "eval" (None until complete)}."""
+    from algos import runner
+
+    result = runner.train(
+        residual_train_config(cfg),
+        Path(cfg.out),
+        cache_dir=cache_dir,
+        stop_after=stop_after,
+        console=console,
+    )
+    done = result.update >= result.total
+    comparison = evaluate_vla_residual(cfg.out) if done and evaluate else None
+    return {"run": str(cfg.out), "update": result.update, "total": result.total, "eval": comparison}
+
+
+def evaluate_vla_residual(
+    run_dir: str | os.PathLike,
+    *,
+    episodes: int | None = None,
+    seed: int | None = None,
+    augment: bool = False,
+) -> dict[str, Any]:
+    """Success of the base alone (zero correction) and of base + residual (deterministic) over
+    the same episodes (same reset keys; the base is deterministic), in the run's env without the
+    training augmentation (`augment=False`; perturbations as configured).
+
+    Protocol of `algos.evaluate.summarize`: success = the cube at the goal at the episode's last
+    step without termination; "reached" = at the goal at any step. Writes RUN/eval_vla_residual.json
+    (for the protocol's episodes and seed). Returns {"base": {...}, "residual": {...},
+    "gain_points": residual − base success, in percentage points, "update"}."""
+    run = load_run(Path(run_dir))
+    cfg = run.config
+    env = run.env
+    if not augment:
+        clean = dataclasses.replace(cfg.residual, augmentation=ObsAugmentation())
+        env = make_train_env(dataclasses.replace(cfg, residual=clean))
+    n = cfg.eval.episodes if episodes is None else episodes
+    key = jax.random.key(cfg.eval.seed if seed is None else seed)
+    steps, settle = eval_steps(cfg.eval, env.dt)
+    policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)
+
+    def episodes_with(key: jax.Array, gain: jax.Array) -> dict[str, jax.Array]:
+        # gain 0: zero correction (the base alone); 1: base + residual. One compile for both.
+        def scaled(obs, k):
+            return gain * policy(obs, k)[0], {}
+
+        return rollout(env, scaled, key, n, steps)
+
+    run_fn = jax.jit(episodes_with, compiler_options=env.compiler_options)
+    out: dict[str, Any] = {}
+    for name, gain in (("base", 0.0), ("residual", 1.0)):
+        traj = jax.device_get(run_fn(key, jnp.float32(gain)))
+        summary = summarize(traj, settle, cfg.eval.tolerance)
+        reached = np.asarray(traj["success"]).max(0) > 0
+        out[name] = summary | {"reached_rate": float(np.mean(reached))}
+    out["gain_points"] = 100.0 * (out["residual"]["success_rate"] - out["base"]["success_rate"])
+    out["update"] = run.update
+    if episodes is None and seed is None and not augment:
+        atomic_write(Path(run_dir) / EVAL_FILE, json.dumps(out, indent=2) + "\n")
+    return out
