@@ -366,7 +366,9 @@ def _run_command(cmd) -> dict:
             ckpt = train_sft(cmd.config, progress=not cmd.json)
             report = {"checkpoint": str(ckpt)}
             if cmd.config.eval_episodes:
-                result = evaluate_closed_loop(ckpt, cmd.config.eval_episodes)
+                result = evaluate_closed_loop(
+                    ckpt, cmd.config.eval_episodes, device=cmd.config.device
+                )
                 report |= {k: result[k] for k in ("success_rate", "mean_return", "episodes")}
         except (ValueError, DatasetError, FileNotFoundError) as e:
             raise RunError(str(e)) from None
