@@ -1,6 +1,7 @@
 """Residual RL on a frozen VLA (`vla.residual`): the base plans as the closed-loop evaluator of
-`vla.sft` does, re-plans every K steps, the wrapper with zero correction is the base alone, and a
-short PPO run writes a run folder that resumes and compares base vs base + residual.
+`vla.sft` does, re-plans every K steps, the wrapper with zero correction is the base alone,
+and the base is registered for run folders (training is `algos.runner.train`, tested with the
+other bases in tests/algos; a VLA-residual run compiles the MJX arm twice: minutes on CI's CPU).
 
 A tiny random-weight TEST-preset checkpoint is written directly (no dataset: the env info goes
 into its train_state.pt), so the only slow part is compiling the MJX arm (one compile for the
@@ -18,7 +19,6 @@ import pytest
 import torch
 
 from algos.residual import ResidualScale, ResidualWrapper
-from algos.run_folder import list_checkpoints, load_run, read_metrics
 from sim.manipulator import CameraRenderer
 from vla.checkpoint import save_checkpoint
 from vla.collect import (
@@ -33,7 +33,7 @@ from vla.collect import (
 from vla.configuration_hoverfly_vla import TEST
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
-from vla.residual import VLAResidualConfig, evaluate_vla_residual, make_vla_base, train_vla_residual
+from vla.residual import make_vla_base
 from vla.sft import _plan
 
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # EGL probe
@@ -171,40 +171,6 @@ def test_base_checks_the_env(checkpoint):
 
     with pytest.raises(ValueError, match="cartesian"):
         make_vla_base(checkpoint, make_env("arm-reach", ArmConfig()), device="cpu")
-
-
-@pytest.mark.slow  # 7.5 min on a shared 2-core CPU: two PPO compiles of the MJX arm, one eval
-def test_short_training_writes_a_run_folder_that_resumes(checkpoint, tmp_path):
-    from algos.ppo import PPOConfig
-    from policies import NetworkConfig
-
-    ppo = PPOConfig(
-        num_envs=4,
-        unroll_length=4,
-        num_minibatches=2,
-        update_epochs=1,
-        total_timesteps=3 * 16,
-        network=NetworkConfig(actor_hidden=(16,), critic_hidden=(16,), init_log_std=-1.5),
-    )
-    cfg = VLAResidualConfig(
-        str(checkpoint), str(tmp_path / "run"), ppo=ppo, episode_steps=6, eval_episodes=2
-    )
-    first = train_vla_residual(cfg, stop_after=1, cache_dir=None)
-    assert (first["update"], first["total"], first["eval"]) == (1, 3, None)
-    second = train_vla_residual(cfg, stop_after=1, cache_dir=None)
-    assert second["update"] == 2
-    run = tmp_path / "run"
-    assert [p.name for p in list_checkpoints(run)] == [
-        "ckpt_00000001.msgpack",
-        "ckpt_00000002.msgpack",
-    ]
-    assert [r["update"] for r in read_metrics(run)] == [1.0, 2.0]
-    assert "resume from ckpt_00000001" in (run / "run.log").read_text()
-    loaded = load_run(run)
-    assert loaded.config.residual.base == "vla" and loaded.update == 2
-    result = evaluate_vla_residual(run, episodes=2)
-    assert set(result) == {"base", "residual", "gain_points", "update"}
-    assert result["base"]["episodes"] == result["residual"]["episodes"] == 2
 
 
 def test_the_vla_base_is_registered_for_run_folders():

@@ -114,7 +114,7 @@ def _cfg(root, out, **kw) -> RLConfig:
         "minibatch_size": 8,
         "value_warmup_iterations": 1,
         "eval_every": 0,
-        "eval_episodes": 2,
+        "eval_episodes": 4,  # = num_envs: one compiled env step for rollouts and evaluations
         "target_kl": None,
         "lr": 1e-3,
     }
