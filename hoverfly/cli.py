@@ -275,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f"stopped at update {result.update}/{result.total}"
             )
             return 0
+        if isinstance(cmd, Eval | Export | Render):
+            _register_residual_base(cmd.run)
         if isinstance(cmd, Eval):
             summary = runner.evaluate_run(cmd.run, episodes=cmd.episodes, cache_dir=cmd.cache_dir)
             print(json.dumps(summary) if cmd.json else runner.format_summary(summary))
@@ -399,6 +401,17 @@ def _run_command(cmd) -> dict:
             raise RunError(str(e)) from None
         return result["eval"] or result
     raise AssertionError(cmd)
+
+
+def _register_residual_base(run: Path) -> None:
+    """A residual run on a frozen VLA rebuilds its base through the "vla" base, which `vla.residual`
+    registers when imported (algos/ cannot import vla/)."""
+    try:
+        cfg = json.loads((run / "config.json").read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not a run folder: the command names the problem
+    if isinstance(cfg, dict) and (cfg.get("residual") or {}).get("base") == "vla":
+        import vla.residual  # noqa: F401
 
 
 def _export_vla(cmd: Export) -> dict:
