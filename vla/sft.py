@@ -53,6 +53,7 @@ from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 __all__ = ["evaluate_closed_loop", "latest_checkpoint", "train_sft"]
 
 _RESUMABLE = (
+    "out",
     "steps",
     "checkpoint_every",
     "keep_checkpoints",
@@ -61,7 +62,8 @@ _RESUMABLE = (
     "eval_episodes",
     "device",
 )
-"""SFTConfig fields a resumed run may change (they do not alter the optimization path)."""
+"""SFTConfig fields a resumed run may change (they do not alter the optimization path; `out`:
+a run folder copied or moved elsewhere resumes there)."""
 _METRICS = ("step", "loss", "lr", "grad_norm", "samples_per_s", "elapsed_s")
 _CKPT = re.compile(r"step_(\d{8})")
 _CARTESIAN_ACTIONS = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
@@ -443,14 +445,19 @@ def evaluate_closed_loop(
     max_steps: int | None = None,
     device: str = "cpu",
     compiler_options: dict[str, Any] | None = None,
+    reset_seeds: np.ndarray | list[int] | None = None,
 ) -> dict[str, Any]:
     """Success of the checkpoint's policy in the arm env its dataset was collected in.
 
     The env settings come from the dataset's meta/info.json "hoverfly" section (a copy is kept in
     the checkpoint's train_state; `dataset` overrides it). `episodes` episodes run batched; each
     re-plans every `n_action_steps` (see `_evaluate`). `max_steps` shortens the episodes (default:
-    the dataset's `max_steps`). Returns success_rate, mean_return, mean_length, episodes,
-    success [episodes] (bool), first_success [episodes] (step index, -1 if never), seconds."""
+    the dataset's `max_steps`). `reset_seeds` [N] replays given episodes instead (each reset is
+    `env.reset(jax.random.key(reset_seed))` as in `vla.collect`, the cube colour cycled as there:
+    the `reset_seed`s of a dataset's first N episodes give those episodes' scenes; `episodes` is
+    then N). Returns success_rate, mean_return, mean_length, episodes,
+    success [episodes] (bool), first_success [episodes] (step index, -1 if never), instructions
+    [episodes], goals [episodes][3] (world, m), seconds."""
     model, processor = load_checkpoint(checkpoint_dir, device)
     if dataset is not None:
         env_info = LeRobotDataset(dataset).info.get("hoverfly")
@@ -459,7 +466,9 @@ def evaluate_closed_loop(
         if "env_info" not in state:
             raise ValueError(f"{checkpoint_dir}: no env info in train_state.pt; pass `dataset`")
         env_info = json.loads(state["env_info"])
-    return _evaluate(model, processor, env_info, episodes, seed, max_steps, compiler_options)
+    return _evaluate(
+        model, processor, env_info, episodes, seed, max_steps, compiler_options, reset_seeds
+    )
 
 
 def _collect_config(env_info: dict[str, Any] | None):
@@ -514,6 +523,7 @@ def _evaluate(
     seed: int,
     max_steps: int | None = None,
     compiler_options: dict[str, Any] | None = None,
+    reset_seeds: np.ndarray | list[int] | None = None,
 ) -> dict[str, Any]:
     """Runs `episodes` episodes of the policy batched: at each chunk boundary the cameras are
     rendered for every env (cube in the episode's colour), the state vector is read from the actor
@@ -540,7 +550,12 @@ def _evaluate(
     arm = env.unwrapped
     state_idx = jnp.asarray(state_index(env_info["state_fields"], env.action_size))
     key_env, key_policy = jax.random.split(jax.random.key(seed))
-    state = reset(jax.random.split(key_env, episodes))
+    if reset_seeds is None:
+        state = reset(jax.random.split(key_env, episodes))
+    else:
+        seeds = np.asarray(reset_seeds, np.uint32).reshape(-1)
+        episodes = len(seeds)
+        state = reset(jax.vmap(jax.random.key)(jnp.asarray(seeds)))
     dead = jnp.zeros(episodes)
     noise_gen = torch.Generator(model.patch_pos.device).manual_seed(
         int(jax.random.randint(key_policy, (), 0, 2**31 - 1))
@@ -568,7 +583,8 @@ def _evaluate(
             if _all_finished(np.concatenate(success), np.concatenate(done), ccfg.hold_steps):
                 break
     out = _summarize(success, done, reward, ccfg.hold_steps, t_max)
-    return out | {"instructions": texts, "seconds": time.perf_counter() - start}
+    seconds = time.perf_counter() - start
+    return out | {"instructions": texts, "goals": goals.tolist(), "seconds": seconds}
 
 
 def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen):
@@ -583,12 +599,13 @@ def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen):
     images = _render(renderer, state, *look, COLOURS)
     obs = {cam: images[..., i * w : (i + 1) * w, :] for i, cam in enumerate(c.cameras)}
     proprio = torch.from_dlpack(jnp.take(state.obs["state"], state_idx, axis=1))
-    proprio = proprio.to(torch.float32)
+    proprio = proprio.to("cpu", torch.float32)  # the processor runs on the host
     batch = processor(obs, proprio, texts)
     batch = {key: v.to(model.patch_pos.device) for key, v in batch.items()}
     chunk = model.sample_actions(batch, generator=noise_gen).cpu()
     actions = processor.actions_from_model(chunk, proprio)[:, : c.n_action_steps]
-    return jnp.from_dlpack(actions.clamp(-1.0, 1.0).transpose(0, 1).contiguous())
+    # a host array, not a DLPack view: the jitted env step moves it to the sim's device
+    return jnp.asarray(actions.clamp(-1.0, 1.0).transpose(0, 1).numpy())
 
 
 def _summarize(success: list, done: list, reward: list, hold: int, t_max: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vla.checkpoint import load_checkpoint, load_train_state
-from vla.collect import FAST_COMPILE, make_test_dataset
+from vla.collect import FAST_COMPILE
 from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
 from vla.rl import (
@@ -92,11 +92,10 @@ def test_validate_names_the_field(field, value):
 
 # -- runs in the simulator -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sft_run(tmp_path_factory):
+def sft_run(tmp_path_factory, demo_dataset):
     root = tmp_path_factory.mktemp("rl")
-    data = make_test_dataset(root / "demo", episodes=3, seed=0)
     cfg = SFTConfig(
-        data=str(data), out=str(root / "sft"), preset="test", steps=2, batch_size=8,
+        data=str(demo_dataset), out=str(root / "sft"), preset="test", steps=2, batch_size=8,
         warmup_steps=1, checkpoint_every=2, eval_episodes=0,
     )  # fmt: skip
     train_sft(cfg, progress=False)
@@ -184,7 +183,7 @@ def test_ppo_run_logs_evaluates_and_resumes_after_a_kill(sft_run, tmp_path):
         train_rl(_cfg(sft_run, tmp_path / "killed", lr=1.0), progress=False)
 
 
-def test_grpo_with_sft_anchor(sft_run, tmp_path):
+def test_grpo_with_sft_anchor(sft_run, demo_dataset, tmp_path):
     cfg = _cfg(
         sft_run,
         tmp_path / "grpo",
@@ -193,7 +192,7 @@ def test_grpo_with_sft_anchor(sft_run, tmp_path):
         iterations=1,
         dynamic_sampling=False,
         sft_coef=0.5,
-        sft_data=str(sft_run / "demo"),
+        sft_data=str(demo_dataset),
     )
     train_rl(cfg, progress=False, compiler_options=FAST_COMPILE)
     (row,) = _rows(tmp_path / "grpo" / "metrics.csv")

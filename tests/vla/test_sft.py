@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vla.checkpoint import load_checkpoint, load_train_state
-from vla.collect import FAST_COMPILE, make_test_dataset
+from vla.collect import FAST_COMPILE
 from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.processor_hoverfly_vla import compute_norm_stats
@@ -29,8 +29,8 @@ def _one_thread():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_test_dataset(tmp_path_factory.mktemp("sft") / "demo", episodes=3, seed=0)
+def data(demo_dataset):
+    return demo_dataset
 
 
 def _cfg(data, out, **kw) -> SFTConfig:
@@ -157,6 +157,11 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(data, tmp_path):
     assert steps == [5, 6]
     with pytest.raises(ValueError, match="lr"):
         train_sft(_cfg(data, tmp_path / "killed", steps=6, lr=2e-3), progress=False)
+    # a run folder copied elsewhere resumes there
+    shutil.copytree(tmp_path / "killed", tmp_path / "moved")
+    steps.clear()
+    train_sft(_cfg(data, tmp_path / "moved", steps=7), False, lambda s, _: steps.append(s))
+    assert steps == [7]
 
 
 def test_dataset_errors(data, tmp_path):
@@ -185,3 +190,15 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     assert 0.0 <= result["success_rate"] <= 1.0 and len(result["success"]) == 2
     assert result["episodes"] == 2 and 1 <= result["mean_length"] <= 12
     assert all("cube and place it on the" in t for t in result["instructions"])
+    # reset_seeds replays the dataset's episodes: same goals, colours and instructions
+    ds = LeRobotDataset(data)
+    episodes = ds.episodes[:2]
+    replay = evaluate_closed_loop(
+        ckpt,
+        reset_seeds=[e.metadata["reset_seed"] for e in episodes],
+        max_steps=4,
+        compiler_options=FAST_COMPILE,
+    )
+    assert replay["episodes"] == 2
+    assert replay["instructions"] == [e.tasks[0] for e in episodes]
+    np.testing.assert_allclose(replay["goals"], [e.metadata["goal"] for e in episodes], atol=1e-5)
