@@ -36,18 +36,13 @@ from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 from vla.residual import make_vla_base
 from vla.sft import _plan
 
-pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # EGL probe
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 
 B, T = 3, 8  # envs; steps (2 chunks of K = 4)
 COLLECT = CollectConfig(image_size=(32, 32), max_steps=12, colours=("red", "blue"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,10 @@ from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.processor_hoverfly_vla import compute_norm_stats
 from vla.sft import evaluate_closed_loop, latest_checkpoint, train_sft
 
-pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg, EGL probe
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One intra-op thread: on a busy 2-core machine two OpenMP threads are ~20x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 
 
 @pytest.fixture(scope="module")
