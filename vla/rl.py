@@ -24,7 +24,7 @@ masked.
 
 Run folder::
 
-    <out>/rl_config.json               RLConfig, the initial checkpoint, the model config
+    <out>/rl_config.json               RLConfig (init: the resolved checkpoint), the model config
     <out>/metrics.csv                  one row per iteration (see `_METRICS`)
     <out>/eval.csv                     iteration, success_rate, ... (iteration 0: the start)
     <out>/learning_curve.png           train and eval success per iteration
@@ -65,6 +65,7 @@ from vla.sft import (
     _evaluate,
     _load_frames,
     _progress,
+    _refuse_changed_config,
     _render,
     _truncate_csv,
 )
@@ -336,26 +337,6 @@ def _latest_iter(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _check_same_run(out: Path, record: dict[str, Any]) -> None:
-    path = out / "rl_config.json"
-    if not path.is_file():
-        return
-    old = json.loads(path.read_text())
-    old_cfg, new_cfg = old.get("rl", {}), record["rl"]
-    changed = sorted(
-        k
-        for k in set(old_cfg) | set(new_cfg)
-        if k not in _RESUMABLE and old_cfg.get(k) != new_cfg.get(k)
-    )
-    if old.get("init_checkpoint") != record["init_checkpoint"]:
-        changed.append("init_checkpoint")
-    if changed:
-        raise ValueError(
-            f"{out} holds an RL run with a different config ({', '.join(changed)}); use another "
-            "`out` or delete it"
-        )
-
-
 def _optimizer(cfg: RLConfig, model: HoverflyVLA) -> torch.optim.AdamW:
     value = list(model.value_head.parameters())
     ids = {id(p) for p in value}
@@ -396,12 +377,9 @@ class _Run:
             raise ValueError(
                 f"RLConfig.task: {cfg.task!r}, but {init} was trained on {trained_in!r} data"
             )
-        record = {
-            "rl": cfg.to_dict(),
-            "init_checkpoint": str(init),
-            "model": model.config.to_dict(),
-        }
-        _check_same_run(out, record)
+        # the resolved start (the newest checkpoint of an SFT run folder, say) is part of the config
+        record = {"rl": cfg.to_dict() | {"init": str(init)}, "model": model.config.to_dict()}
+        _refuse_changed_config(out / "rl_config.json", "rl", record, _RESUMABLE)
         anchor = None
         if cfg.sft_coef > 0:
             from vla.dataset import LeRobotDataset

@@ -200,25 +200,34 @@ def latest_checkpoint(out: str | os.PathLike) -> Path | None:
     return found[-1] if found else None
 
 
-def _check_same_run(out: Path, record: dict[str, Any]) -> None:
-    """ValueError when `out` holds a run of a different config, DatasetError when its dataset
-    changed; fields in `_RESUMABLE` may differ."""
-    path = out / "sft_config.json"
+def _refuse_changed_config(
+    path: Path, section: str, record: dict[str, Any], resumable: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The run record saved at `path` (None when there is none yet); ValueError naming every field
+    of `record[section]` that differs from the saved one, apart from the `resumable` fields."""
     if not path.is_file():
-        return
+        return None
     old = json.loads(path.read_text())
-    old_cfg, new_cfg = old.get("sft", {}), record["sft"]
+    old_cfg, new_cfg = old.get(section, {}), record[section]
     changed = sorted(
         k
         for k in set(old_cfg) | set(new_cfg)
-        if k not in _RESUMABLE and old_cfg.get(k) != new_cfg.get(k)
+        if k not in resumable and old_cfg.get(k) != new_cfg.get(k)
     )
     if changed:
         diffs = ", ".join(f"{k}: {old_cfg.get(k)!r} -> {new_cfg.get(k)!r}" for k in changed)
         raise ValueError(
-            f"{out} holds a run with a different config ({diffs}); use another `out` or delete it"
+            f"{path.parent} holds a run with a different config ({diffs}); use another `out` or "
+            "delete it"
         )
-    if old.get("dataset") != record["dataset"]:
+    return old
+
+
+def _check_same_run(out: Path, record: dict[str, Any]) -> None:
+    """ValueError when `out` holds a run of a different config, DatasetError when its dataset
+    changed; fields in `_RESUMABLE` may differ."""
+    old = _refuse_changed_config(out / "sft_config.json", "sft", record, _RESUMABLE)
+    if old is not None and old.get("dataset") != record["dataset"]:
         raise DatasetError(
             f"{record['sft']['data']}: dataset: differs from the one the run in {out} was trained "
             f"on (episodes / frames / features)"
