@@ -36,8 +36,11 @@ __all__ = [
     "TRAIN_STATE_NAME",
     "WEIGHTS_NAME",
     "load_checkpoint",
+    "latest_checkpoint",
     "load_train_state",
+    "prune_checkpoints",
     "resolve_checkpoint",
+    "run_checkpoints",
     "save_checkpoint",
 ]
 
@@ -185,17 +188,32 @@ _RUN_CHECKPOINT = re.compile(r"(step|iter)_\d+")
 """Checkpoint folder names of the run folders: SFT `step_<N>`, RL `iter_<N>`."""
 
 
+def run_checkpoints(out: str | os.PathLike) -> list[Path]:
+    """The checkpoint folders of a run folder, oldest first (`checkpoints/step_*` of an SFT run,
+    `checkpoints/iter_*` of an RL run)."""
+    folder = Path(out) / "checkpoints"
+    return sorted(p for p in folder.glob("*_*") if _RUN_CHECKPOINT.fullmatch(p.name) and p.is_dir())
+
+
+def latest_checkpoint(out: str | os.PathLike) -> Path | None:
+    """The newest checkpoint of a run folder (None when there is none)."""
+    found = run_checkpoints(out)
+    return found[-1] if found else None
+
+
+def prune_checkpoints(out: str | os.PathLike, keep: int) -> None:
+    """Deletes all but the newest `keep` checkpoints of a run folder."""
+    for old in run_checkpoints(out)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """`path` when it is a checkpoint folder, else the newest checkpoint of the run folder `path`
-    (`checkpoints/step_*` of an SFT run, `checkpoints/iter_*` of an RL run).
+    """`path` when it is a checkpoint folder, else the newest checkpoint of the run folder `path`.
     FileNotFoundError when there is none."""
     path = Path(path)
     if (path / CONFIG_NAME).is_file():
         return path
-    folder = path / "checkpoints"
-    found = sorted(
-        p for p in folder.glob("*_*") if _RUN_CHECKPOINT.fullmatch(p.name) and p.is_dir()
-    )
-    if not found:
+    found = latest_checkpoint(path)
+    if found is None:
         raise FileNotFoundError(f"{path}: neither a VLA checkpoint nor a run folder with one")
-    return found[-1]
+    return found

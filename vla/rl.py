@@ -39,8 +39,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +49,14 @@ import numpy as np
 import torch
 
 from algos.run_folder import atomic_write
-from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint, save_checkpoint
+from vla.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    load_train_state,
+    prune_checkpoints,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from vla.configuration_rl import RLConfig
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor
@@ -109,7 +114,6 @@ _METRICS = (
     "sim_s",
     "update_s",
 )
-_CKPT = re.compile(r"iter_(\d{6})")
 _EVAL_SEED = 1_000_003
 """Offset of the evaluation seed from `RLConfig.seed` (evaluation episodes never train)."""
 
@@ -331,12 +335,6 @@ def _model_batch(
 
 
 # -- run folder ------------------------------------------------------------------------------------
-def _latest_iter(out: Path) -> Path | None:
-    folder = out / "checkpoints"
-    found = sorted(p for p in folder.glob("iter_*") if _CKPT.fullmatch(p.name) and p.is_dir())
-    return found[-1] if found else None
-
-
 def _optimizer(cfg: RLConfig, model: HoverflyVLA) -> torch.optim.AdamW:
     value = list(model.value_head.parameters())
     ids = {id(p) for p in value}
@@ -398,9 +396,7 @@ class _Run:
         }
         path = self.out / "checkpoints" / f"iter_{self.iteration:06d}"
         save_checkpoint(path, self.model, self.processor, state)
-        found = sorted(p for p in (self.out / "checkpoints").glob("iter_*"))
-        for old in found[: -self.cfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         return path
 
     def resume(self, path: Path) -> None:
@@ -591,7 +587,7 @@ def train_rl(
     cfg.validate()
     run = _Run.create(cfg)
     run.compiler_options = tuple(sorted((compiler_options or {}).items()))
-    last = _latest_iter(run.out)
+    last = latest_checkpoint(run.out)
     if last is not None:
         run.resume(last)
     run.out.mkdir(parents=True, exist_ok=True)
@@ -629,7 +625,7 @@ def summarize(out: str | os.PathLike) -> dict[str, Any]:
     if not rows:
         raise FileNotFoundError(f"{path}: no evaluations yet")
     return {
-        "checkpoint": str(_latest_iter(out)),
+        "checkpoint": str(latest_checkpoint(out)),
         "start_success_rate": float(rows[0]["success_rate"]),
         "success_rate": float(rows[-1]["success_rate"]),
         "episodes": int(rows[-1]["episodes"]),

@@ -31,8 +31,6 @@ import functools
 import json
 import math
 import os
-import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +41,13 @@ import numpy as np
 import torch
 
 from algos.run_folder import atomic_write
-from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
+from vla.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    load_train_state,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
 from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
@@ -65,7 +69,6 @@ _RESUMABLE = (
 """SFTConfig fields a resumed run may change (they do not alter the optimization path; `out`:
 a run folder copied or moved elsewhere resumes there)."""
 _METRICS = ("step", "loss", "lr", "grad_norm", "samples_per_s", "elapsed_s")
-_CKPT = re.compile(r"step_(\d{8})")
 _CARTESIAN_ACTIONS = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
 
 
@@ -193,13 +196,6 @@ def _optimizer(cfg: SFTConfig, model: HoverflyVLA) -> torch.optim.AdamW:
 
 
 # -- run folder ------------------------------------------------------------------------------------
-def latest_checkpoint(out: str | os.PathLike) -> Path | None:
-    """The newest `step_*` checkpoint of a run folder (None when there is none)."""
-    folder = Path(out) / "checkpoints"
-    found = sorted(p for p in folder.glob("step_*") if _CKPT.fullmatch(p.name) and p.is_dir())
-    return found[-1] if found else None
-
-
 def _refuse_changed_config(
     path: Path, section: str, record: dict[str, Any], resumable: tuple[str, ...]
 ) -> dict[str, Any] | None:
@@ -253,12 +249,6 @@ def _append_csv(path: Path, header: tuple[str, ...], row: dict[str, Any]) -> Non
         if new:
             w.writeheader()
         w.writerow({k: row[k] for k in header})
-
-
-def _prune(out: Path, keep: int) -> None:
-    found = sorted(p for p in (out / "checkpoints").glob("step_*") if _CKPT.fullmatch(p.name))
-    for old in found[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # -- training --------------------------------------------------------------------------------------
@@ -328,7 +318,7 @@ class _Run:
         }
         path = self.out / "checkpoints" / f"step_{self.step:08d}"
         save_checkpoint(path, self.model, self.processor, state)
-        _prune(self.out, self.cfg.keep_checkpoints)
+        prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         return path
 
     def resume(self, path: Path) -> None:
