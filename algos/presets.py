@@ -111,14 +111,15 @@ class TrainConfig:
 
 
 # One PPO recipe; the presets differ in budget only. Sample efficiency was best with many small
-# updates (2048 envs × 16 steps, 4 minibatches) rather than large batches (README, "Training").
+# updates (2048 envs × 16 steps) rather than large batches; a 128-128 actor with 8 minibatches took
+# the seed spread from 2-3 to 8-10 of 10 seeds ≥ 95 % (README, "Training").
 _PPO = PPOConfig(
     num_envs=2048,
     unroll_length=16,
-    num_minibatches=4,
+    num_minibatches=8,
     learning_rate=2e-3,
     clip_eps=0.1,
-    network=NetworkConfig(critic_hidden=(256, 256), init_log_std=-1.5),
+    network=NetworkConfig(actor_hidden=(128, 128), critic_hidden=(256, 256), init_log_std=-1.5),
 )
 
 PRESETS: dict[str, TrainConfig] = {

@@ -71,6 +71,13 @@ def reference_policy(seed: int = 0) -> DensePolicy:
     )
 
 
+def layer_sizes(policy: DensePolicy) -> str:
+    """ "50_64_64_4": input, hidden and output widths of the policy's MLP."""
+    return "_".join(
+        str(n) for n in [policy.weights[0].shape[0], *(w.shape[1] for w in policy.weights)]
+    )
+
+
 def measure(files: dict[str, str], work: Path, **kw) -> dict:
     """Writes `files` to a folder and runs `target_check` (bench, trace, sizes) on it."""
     src = work / "src"
@@ -196,7 +203,9 @@ def main(argv=None) -> dict:
             "reference_18_64_64_4": bench_network(
                 "reference", ref, rng.standard_normal((4096, 18)).astype(np.float32), Path(tmp)
             ),
-            "hover_policy_50_64_64_4": bench_network("hover", hover, hover_cal, Path(tmp)),
+            f"hover_policy_{layer_sizes(hover)}": bench_network(
+                "hover", hover, hover_cal, Path(tmp)
+            ),
         }
     report = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

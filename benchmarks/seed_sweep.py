@@ -17,6 +17,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from algos import TrainConfig, get_preset
 from algos.config_io import from_dict, to_dict
@@ -24,6 +25,7 @@ from algos.evaluate import eval_steps, rollout
 from algos.ppo import make_train
 from policies import make_policy
 from sim import make_env
+from sim.quadrotor.params import GRAVITY
 
 
 def override(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
@@ -44,22 +46,32 @@ def override(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
     return from_dict(TrainConfig, doc)
 
 
-def sweep(cfg: TrainConfig, seeds: int, eval_every: int, threshold: float) -> dict:
+def sweep(
+    cfg: TrainConfig, seeds: int, eval_every: int, threshold: float, first_seed: int = 0
+) -> dict:
     env = make_env(cfg.task, cfg.env, cfg.randomization)
     trainer = make_train(cfg.ppo, env, cfg.env.episode_steps)
     steps, settle = eval_steps(cfg.eval, env.dt)
 
-    def success(params):
+    def outcome(params):
+        """Per eval episode: terminated, mean position error over the settle window, and the
+        episode's horizontal disturbance force / (m·g)."""
         policy = make_policy(trainer.network, params, deterministic=True)
-        traj = rollout(env, policy, jax.random.key(cfg.eval.seed), cfg.eval.episodes, steps)
-        terminated = traj["done"][-1] > 0
-        settled = traj["position_error"][-settle:].mean(0) <= cfg.eval.tolerance
-        return jnp.mean(~terminated & settled)
+        key = jax.random.key(cfg.eval.seed)
+        traj = rollout(env, policy, key, cfg.eval.episodes, steps)
+        start = jax.vmap(env.reset)(jax.random.split(jax.random.split(key)[0], cfg.eval.episodes))
+        data = start.data
+        force = jnp.hypot(data.dist.force[0], data.dist.force[1]) / (data.params.mass * GRAVITY)
+        return traj["done"][-1] > 0, traj["position_error"][-settle:].mean(0), force
+
+    def success(params):
+        terminated, error, _ = outcome(params)
+        return jnp.mean(~terminated & (error <= cfg.eval.tolerance))
 
     evaluate = jax.jit(jax.vmap(success))
     update = jax.jit(jax.vmap(trainer.update), donate_argnums=0)
     t0 = time.perf_counter()
-    ts = jax.jit(jax.vmap(trainer.init))(jax.vmap(jax.random.key)(jnp.arange(seeds)))
+    ts = jax.jit(jax.vmap(trainer.init))(jax.vmap(jax.random.key)(first_seed + jnp.arange(seeds)))
     curve = []
     for i in range(cfg.ppo.num_updates):
         ts, _ = update(ts)
@@ -70,14 +82,31 @@ def sweep(cfg: TrainConfig, seeds: int, eval_every: int, threshold: float) -> di
                 {"env_steps": (i + 1) * cfg.ppo.batch_size, "success": rates, "n_ok": n_ok}
             )
     final = curve[-1]["success"]
+    terminated, error, force = (np.asarray(a) for a in jax.jit(jax.vmap(outcome))(ts.params))
+    tol = cfg.eval.tolerance
+    near = ~terminated & (error > tol) & (error <= 1.5 * tol)
+    far = ~terminated & (error > 1.5 * tol)
     return {
         "seeds": seeds,
+        "first_seed": first_seed,
         "threshold": threshold,
         "final_success": final,
         "final_seeds_ok": curve[-1]["n_ok"],
         "final_mean": round(sum(final) / len(final), 4),
         "final_min": min(final),
         "wall_seconds_incl_eval_and_compile": round(time.perf_counter() - t0, 1),
+        # Why the final policies fail, over all seeds' eval episodes: shares of episodes that
+        # terminate, settle just outside the tolerance (≤ 1.5×) or further; and the mean
+        # horizontal disturbance force (/ m·g) of the near misses against all episodes.
+        "final_failures": {
+            "terminated": round(float(terminated.mean()), 4),
+            "settled_near_miss": round(float(near.mean()), 4),
+            "settled_far": round(float(far.mean()), 4),
+            "disturbance_xy_near_miss_vs_all": [
+                round(float(force[near].mean()), 4) if near.any() else None,
+                round(float(force.mean()), 4),
+            ],
+        },
         "curve": curve,
     }
 
@@ -87,6 +116,7 @@ def main(argv=None) -> dict:
     p.add_argument("--task", default="quadrotor-hover")
     p.add_argument("--preset", default="gpu")
     p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed … +seeds-1")
     p.add_argument("--eval-every", type=int, default=100, help="updates between evaluations")
     p.add_argument("--threshold", type=float, default=0.95)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -100,7 +130,7 @@ def main(argv=None) -> dict:
         "task": a.task,
         "preset": a.preset,
         "overrides": a.set,
-        **sweep(cfg, a.seeds, a.eval_every, a.threshold),
+        **sweep(cfg, a.seeds, a.eval_every, a.threshold, a.first_seed),
     }
     text = json.dumps(result, indent=1)
     print(text)
