@@ -21,10 +21,12 @@ Bad input (unknown task, bad run folder) exits with status 2 and one line on std
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Literal, Union
 
 import tyro
@@ -358,17 +360,13 @@ def _run_command(cmd) -> dict:
     if isinstance(cmd, VlaSft):
         from vla.dataset import DatasetError
 
-        try:
-            from vla.sft import evaluate_closed_loop, train_sft
-        except ImportError as e:
-            raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
-
+        sft = _vla("sft")
         runner.enable_compilation_cache(cmd.cache_dir)
         try:
-            ckpt = train_sft(cmd.config, progress=not cmd.json)
+            ckpt = sft.train_sft(cmd.config, progress=not cmd.json)
             report = {"checkpoint": str(ckpt)}
             if cmd.config.eval_episodes:
-                result = evaluate_closed_loop(
+                result = sft.evaluate_closed_loop(
                     ckpt, cmd.config.eval_episodes, device=cmd.config.device
                 )
                 report |= {k: result[k] for k in ("success_rate", "mean_return", "episodes")}
@@ -378,29 +376,29 @@ def _run_command(cmd) -> dict:
     if isinstance(cmd, VlaRl):
         from vla.dataset import DatasetError
 
-        try:
-            from vla.rl import summarize, train_rl
-        except ImportError as e:
-            raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
-
+        rl = _vla("rl")
         runner.enable_compilation_cache(cmd.cache_dir)
         try:
-            train_rl(dataclasses.replace(cmd.config, init=str(cmd.init)), progress=not cmd.json)
+            rl.train_rl(dataclasses.replace(cmd.config, init=str(cmd.init)), progress=not cmd.json)
         except (ValueError, DatasetError, FileNotFoundError) as e:
             raise RunError(str(e)) from None
-        return summarize(cmd.config.out)
+        return rl.summarize(cmd.config.out)
     if isinstance(cmd, VlaResidual):
+        residual = _vla("residual")
         try:
-            from vla.residual import train_vla_residual
-        except ImportError as e:
-            raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
-
-        try:
-            result = train_vla_residual(cmd.config, cache_dir=cmd.cache_dir)
+            result = residual.train_vla_residual(cmd.config, cache_dir=cmd.cache_dir)
         except (ValueError, FileNotFoundError) as e:
             raise RunError(str(e)) from None
         return result["eval"] or result
     raise AssertionError(cmd)
+
+
+def _vla(module: str) -> ModuleType:
+    """`vla.<module>`, or a one-line error naming the missing extra (the VLA modules need torch)."""
+    try:
+        return importlib.import_module(f"vla.{module}")
+    except ImportError as e:
+        raise RunError(f"{e}: the VLA needs torch, pip install -e '.[vla]'") from None
 
 
 def _register_residual_base(run: Path) -> None:
