@@ -63,6 +63,7 @@ def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
         "reached": reached,
         "final": summary,
         "eval_seconds": round(eval_s, 2),
+        "ms_per_update": round((train_s - compile_s) / (cfg.ppo.num_updates - 1) * 1e3, 2),
         "curve": curve,
     }
 

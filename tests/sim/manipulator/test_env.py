@@ -89,6 +89,24 @@ def test_reach_success_and_shaping(initial):
     assert near[0]["reach"] > far[0]["reach"]
 
 
+def test_reach_has_no_contacts_and_a_parked_cube(pick_env):
+    """arm-reach turns contacts off (nothing to touch); the damped cube stays where it is parked
+    (C MuJoCo on the same compiled model, 1 s with the arm swinging)."""
+    env = ArmEnv(ArmConfig(task="reach"))
+    off = mujoco.mjtDisableBit.mjDSBL_CONTACT
+    assert env.mj_model.opt.disableflags & off and not pick_env.mj_model.opt.disableflags & off
+    m, ix = env.mj_model, env.index
+    d = mujoco.MjData(m)
+    d.qpos[ix.arm_qpos] = HOME
+    d.qpos[ix.cube_qpos : ix.cube_qpos + 3] = (-0.5, 0.0, 0.02)
+    start = d.qpos[ix.cube_qpos : ix.cube_qpos + 3].copy()
+    for t in range(200):
+        d.ctrl[ix.arm_act] = np.asarray(HOME) + 0.5 * np.sin(0.05 * t)
+        mujoco.mj_step(m, d)
+    assert np.abs(d.qpos[ix.cube_qpos : ix.cube_qpos + 3] - start).max() < 1e-4
+    assert np.abs(d.qpos[ix.arm_qpos] - np.asarray(HOME)).max() > 0.1  # the arm did move
+
+
 def test_lift_term_grows_with_height(pick_env, initial):
     h = float(initial.data.params.cube_half_size)
     lifts = []
