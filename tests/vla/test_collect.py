@@ -1,6 +1,6 @@
-"""Demonstrations from the scripted expert (`vla.collect`): real MJX rollouts and MuJoCo renders,
-one small dataset collected once for the module (the rollout compiles once, ~30–60 s on 2 CPU
-cores; a second collect with the same batch size reuses it)."""
+"""Demonstrations from the scripted expert (`vla.collect`): real MJX rollouts and MuJoCo renders.
+The module reads the session's small demonstration dataset (`demo_dataset`: the rollout compiles
+once, ~30–60 s on 2 CPU cores; a second collect with the same batch size reuses it)."""
 
 import json
 
@@ -23,7 +23,7 @@ from vla.collect import (
 from vla.dataset import LeRobotDataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg, EGL probe
-EPISODES, SIZE = 4, (32, 32)
+EPISODES, SIZE = 3, (32, 32)  # the demo_dataset fixture's (tests/vla/conftest.py)
 
 
 def _layout() -> dict[str, slice]:
@@ -38,9 +38,8 @@ L = _layout()
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = make_test_dataset(tmp_path_factory.mktemp("demo") / "demo", EPISODES, SIZE, seed=0)
-    return LeRobotDataset(root, verify_videos=True)
+def dataset(demo_dataset):
+    return LeRobotDataset(demo_dataset, verify_videos=True)
 
 
 def test_episodes_succeed_and_match_their_instructions(dataset):

@@ -177,22 +177,24 @@ def test_dataset_errors(data, tmp_path):
 
 def test_closed_loop_evaluation_runs(data, tmp_path):
     ckpt = train_sft(_cfg(data, tmp_path / "run", steps=2), progress=False)
+    # 4 envs, as in tests/vla/test_rl.py: the compiled reset and env steps are shared
     result = evaluate_closed_loop(
-        ckpt, episodes=2, seed=0, max_steps=12, compiler_options=FAST_COMPILE
+        ckpt, episodes=4, seed=0, max_steps=12, compiler_options=FAST_COMPILE
     )
     assert {"success_rate", "mean_return", "mean_length", "success", "first_success"} <= set(result)
-    assert 0.0 <= result["success_rate"] <= 1.0 and len(result["success"]) == 2
-    assert result["episodes"] == 2 and 1 <= result["mean_length"] <= 12
+    assert 0.0 <= result["success_rate"] <= 1.0 and len(result["success"]) == 4
+    assert result["episodes"] == 4 and 1 <= result["mean_length"] <= 12
     assert all("cube and place it on the" in t for t in result["instructions"])
     # reset_seeds replays the dataset's episodes: same goals, colours and instructions
     ds = LeRobotDataset(data)
-    episodes = ds.episodes[:2]
+    episodes = [*ds.episodes, ds.episodes[0]]
     replay = evaluate_closed_loop(
         ckpt,
         reset_seeds=[e.metadata["reset_seed"] for e in episodes],
         max_steps=4,
         compiler_options=FAST_COMPILE,
     )
-    assert replay["episodes"] == 2
-    assert replay["instructions"] == [e.tasks[0] for e in episodes]
+    assert replay["episodes"] == 4
+    # colours cycle with the env's position, as in the dataset: the repeated episode 0 (4th) differs
+    assert replay["instructions"][:3] == [e.tasks[0] for e in episodes[:3]]
     np.testing.assert_allclose(replay["goals"], [e.metadata["goal"] for e in episodes], atol=1e-5)
