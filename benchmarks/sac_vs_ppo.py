@@ -140,8 +140,9 @@ def run_ours(cfg, algo: str, scorer: _Scorer, seconds: float, eval_every: float,
         durations.append(clock.train_s() - t)
         done = clock.train_s() >= seconds or u >= cfg.learner.num_updates
         if clock.train_s() >= next_eval or done:
+            train_s = clock.train_s()  # read before the evaluation, which the clock excludes
             with clock.evaluating():
-                scorer.score(evaluate(ts.params), clock.train_s(), u * per_update)
+                scorer.score(evaluate(ts.params), train_s, u * per_update)
             next_eval = clock.train_s() + eval_every
         if done:
             break
@@ -220,7 +221,7 @@ def run_brax_sac(cfg, scorer, seconds, eval_steps_every, max_steps, seed) -> tup
             epochs = len(t_epochs) - 1  # the first call precedes the replay prefill
             env_steps = prefill + epochs * steps_per_epoch if epochs else 0
             with clock.evaluating():
-                summary = scorer.score(evaluate(policy_params), clock.train_s(), env_steps)
+                summary = scorer.score(evaluate(policy_params), t_epochs[-1], env_steps)
             if clock.train_s() >= seconds:
                 raise _StopTraining
             return {f"eval/{k}": v for k, v in summary.items()}
@@ -309,6 +310,12 @@ def main(argv=None) -> dict:
     unknown = set(a.learners) - {"ppo", "sac", "brax_sac"}
     if unknown:
         p.error(f"unknown learners {sorted(unknown)}")
+    flags = os.environ.get("XLA_FLAGS", "")
+    arm_peer = a.task.startswith("arm-") and "brax_sac" in a.learners
+    if arm_peer and "xla_cpu_use_fusion_emitters" not in flags:
+        # brax jits our env without `env.compiler_options`: the arm's CPU option (exponential MJX
+        # compile times otherwise) goes process-wide, before JAX starts; ignored on a GPU
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_use_fusion_emitters=false".strip()
     base = get_preset(a.task, a.preset, "ppo")
     episodes = a.eval_episodes or base.eval.episodes
     result = {
