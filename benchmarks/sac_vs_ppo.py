@@ -48,7 +48,7 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 
-from algos import ppo, sac
+from algos import default_xla_flag, ppo, sac
 from algos.evaluate import eval_steps, rollout, summarize
 from algos.presets import get_preset
 from algos.run_folder import make_run_policy, make_train_env
@@ -310,12 +310,10 @@ def main(argv=None) -> dict:
     unknown = set(a.learners) - {"ppo", "sac", "brax_sac"}
     if unknown:
         p.error(f"unknown learners {sorted(unknown)}")
-    flags = os.environ.get("XLA_FLAGS", "")
-    arm_peer = a.task.startswith("arm-") and "brax_sac" in a.learners
-    if arm_peer and "xla_cpu_use_fusion_emitters" not in flags:
+    if a.task.startswith("arm-") and "brax_sac" in a.learners:
         # brax jits our env without `env.compiler_options`: the arm's CPU option (exponential MJX
         # compile times otherwise) goes process-wide, before JAX starts; ignored on a GPU
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_use_fusion_emitters=false".strip()
+        default_xla_flag("xla_cpu_use_fusion_emitters", "false")
     base = get_preset(a.task, a.preset, "ppo")
     episodes = a.eval_episodes or base.eval.episodes
     result = {
