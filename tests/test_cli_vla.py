@@ -10,6 +10,7 @@ import pytest
 from tests.test_cli import hoverfly, one_line_error
 from vla.dataset import LeRobotDataset
 
+pytestmark = pytest.mark.xdist_group("vla_cli")  # the module's collected dataset, once (-n 2)
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):

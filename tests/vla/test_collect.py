@@ -22,7 +22,10 @@ from vla.collect import (
 )
 from vla.dataset import LeRobotDataset
 
-pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # ffmpeg, EGL probe
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
+    pytest.mark.xdist_group("vla_demo"),  # shares the demo collection and compiled env (-n 2)
+]
 EPISODES, SIZE = 3, (32, 32)  # the demo_dataset fixture's (tests/vla/conftest.py)
 
 

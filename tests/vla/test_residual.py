@@ -39,6 +39,7 @@ from vla.sft import _plan
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
     pytest.mark.usefixtures("one_torch_thread"),
+    pytest.mark.xdist_group("vla_residual"),  # its module fixtures compile once (-n 2)
 ]
 
 B, T = 3, 8  # envs; steps (2 chunks of K = 4)

@@ -24,6 +24,7 @@ from vla.sft import train_sft
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
     pytest.mark.usefixtures("one_torch_thread"),
+    pytest.mark.xdist_group("vla_demo"),  # shares the demo collection and compiled env (-n 2)
 ]
 
 

@@ -19,6 +19,7 @@ from vla.sft import evaluate_closed_loop, latest_checkpoint, train_sft
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
     pytest.mark.usefixtures("one_torch_thread"),
+    pytest.mark.xdist_group("vla_demo"),  # shares the demo collection and compiled env (-n 2)
 ]
 
 
