@@ -12,6 +12,7 @@ from vla.dataset import LeRobotDataset
 
 pytestmark = pytest.mark.xdist_group("vla_cli")  # the module's collected dataset, once (-n 2)
 
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("vla") / "demo"
