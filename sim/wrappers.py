@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from sim import rng as threefry
 from sim.env import Env, State, Wrapper
 
 
@@ -88,8 +89,7 @@ class AutoResetWrapper(Wrapper):
         done = nstate.done > 0
         n = done.shape[0]
         k = self._chunk(n)
-        keys = jax.vmap(jax.random.split)(nstate.info["rng"])  # [B, 2] (raw keys: [B, 2, 2])
-        rng, key_reset = keys[:, 0], keys[:, 1]
+        rng, key_reset = jax.vmap(threefry.split)(nstate.info["rng"])
 
         def reset_chunk(carry):
             data, obs, info, pending = carry

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from sim import rng as threefry
 from sim.env import Env, State
 from sim.quadrotor import dynamics as dyn
 from sim.quadrotor.params import GRAVITY, QuadParams, get_params
@@ -270,7 +271,7 @@ class QuadrotorEnv(Env):
             self.config.substeps,
         )
         data = data.replace(rigid=rigid, actions=actions, step=data.step + 1)
-        rng, key_noise = jax.random.split(state.info["rng"])
+        key_next, key_noise = threefry.split(state.info["rng"])
         obs = self._observe(data, key_noise)
 
         tp, _ = self.target(self._time(data))
@@ -287,7 +288,7 @@ class QuadrotorEnv(Env):
             **{f"reward/{k}": v for k, v in terms.items()},
             "position_error": jnp.linalg.norm(err),
         }
-        info = {**state.info, "rng": rng}
+        info = {**state.info, "rng": key_next}
         return state.replace(
             data=data, obs=obs, reward=reward, done=done, metrics=metrics, info=info
         )
@@ -314,7 +315,7 @@ class QuadrotorEnv(Env):
             [n.position] * 3 + [n.orientation] * 9 + [n.velocity] * 3 + [n.angular_velocity] * 3,
             jnp.float32,
         )
-        noisy = clean + sigma * jax.random.normal(key, clean.shape)
+        noisy = clean + sigma * threefry.normal(key, clean.shape[0])
         hist = data.actions[: self.config.action_history].reshape(-1)
         p = data.params
         priv = jnp.concatenate(
