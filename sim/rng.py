@@ -1,10 +1,11 @@
-"""`split` and `normal` as plain jnp integer ops, bit-identical to `jax.random`'s.
+"""`split`, `uniform` and `normal` as plain jnp integer ops, bit-identical to `jax.random`'s.
 
-An env calls both on every step (a new key, observation noise). On XLA:CPU, JAX lowers Threefry-2x32
-as a 5-trip `while` loop, which XLA cannot fuse with the rest of the step: vmapped over the batch,
-each call becomes a separate loop over `[B, n]` arrays. Written out, its 20 rounds fuse into the
-step's own elementwise loop: the CPU full RL step of `quadrotor-hover` goes from ~3.2 M to ~5.1 M
-steps/s at 16384 envs (`python benchmarks/sim_throughput.py`), with the same numbers.
+An env calls them on every step (a new key, observation noise) and at every reset. On XLA:CPU,
+JAX lowers Threefry-2x32 as a 5-trip `while` loop, which XLA cannot fuse with the rest of the
+step: vmapped over the batch, each call becomes a separate loop over `[B, n]` arrays. Written out,
+its 20 rounds fuse into the step's own elementwise loops: the CPU full RL step of
+`quadrotor-hover` goes from 3.4 M to 3.9–5.1 M steps/s (runs vary; `python
+benchmarks/sim_throughput.py`), with the same numbers.
 
 The bits are those of JAX's default, partitionable Threefry (`jax_threefry_partitionable`, on by
 default since JAX 0.5): `tests/sim/test_rng.py` checks them against `jax.random`. Keys of another
@@ -12,6 +13,8 @@ implementation, or that flag turned off, go to `jax.random` itself.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -51,32 +54,40 @@ def _threefry_words(key: jax.Array) -> tuple[jax.Array, jax.Array] | None:
     return key[0], key[1]
 
 
-def _bits(k1, k2, n: int) -> tuple[jax.Array, jax.Array]:
-    """The two output words for the counters 0 … n − 1 (high word 0)."""
-    return threefry2x32(k1, k2, jnp.zeros(n, jnp.uint32), jnp.arange(n, dtype=jnp.uint32))
+def _bits(k1, k2, n: int) -> jax.Array:
+    """32 random bits for each of the counters 0 … n − 1 (high word 0)."""
+    b1, b2 = threefry2x32(k1, k2, jnp.zeros(n, jnp.uint32), jnp.arange(n, dtype=jnp.uint32))
+    return b1 ^ b2
 
 
-def split(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`jax.random.split(key)` as two keys of the same kind (an unbatched key)."""
+def split(key: jax.Array, num: int = 2) -> jax.Array:
+    """`jax.random.split(key, num)`: [num] keys of the same kind (an unbatched key)."""
     words = _threefry_words(key)
     if words is None:
-        a, b = jax.random.split(key)
-        return a, b
-    b1, b2 = _bits(*words, 2)
+        return jax.random.split(key, num)
+    k1, k2 = words
+    b1, b2 = threefry2x32(k1, k2, jnp.zeros(num, jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
     keys = jnp.stack([b1, b2], axis=-1)
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         keys = jax.random.wrap_key_data(keys, impl=jax.random.key_impl(key))
-    return keys[0], keys[1]
+    return keys
 
 
-def normal(key: jax.Array, n: int) -> jax.Array:
-    """`jax.random.normal(key, (n,))`, float32 (an unbatched key)."""
+def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0) -> jax.Array:
+    """`jax.random.uniform(key, shape, float32, minval, maxval)` (an unbatched key)."""
     words = _threefry_words(key)
     if words is None:
-        return jax.random.normal(key, (n,), jnp.float32)
-    b1, b2 = _bits(*words, n)
-    mantissa = ((b1 ^ b2) >> np.uint32(32 - 23)) | np.float32(1.0).view(np.uint32)
+        return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
+    bits = _bits(*words, math.prod(shape)).reshape(shape)
+    mantissa = (bits >> np.uint32(32 - 23)) | np.float32(1.0).view(np.uint32)
     floats = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
+    lo, hi = jnp.float32(minval), jnp.float32(maxval)
+    return jnp.maximum(lo, floats * (hi - lo) + lo)
+
+
+def normal(key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
+    """`jax.random.normal(key, shape)`, float32 (an unbatched key)."""
+    if _threefry_words(key) is None:
+        return jax.random.normal(key, shape, jnp.float32)
     lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
-    u = jnp.maximum(lo, floats * (np.float32(1.0) - lo) + lo)
-    return np.float32(np.sqrt(2)) * jax.lax.erf_inv(u)
+    return np.float32(np.sqrt(2)) * jax.lax.erf_inv(uniform(key, shape, lo, 1.0))

@@ -89,7 +89,8 @@ class AutoResetWrapper(Wrapper):
         done = nstate.done > 0
         n = done.shape[0]
         k = self._chunk(n)
-        rng, key_reset = jax.vmap(threefry.split)(nstate.info["rng"])
+        keys = jax.vmap(threefry.split)(nstate.info["rng"])  # [B, 2] keys
+        rng, key_reset = keys[:, 0], keys[:, 1]
 
         def reset_chunk(carry):
             data, obs, info, pending = carry

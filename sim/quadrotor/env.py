@@ -195,15 +195,15 @@ class QuadrotorEnv(Env):
     def reset_with_params(self, rng: jax.Array, params: QuadParams) -> State:
         """Initial state with the given dynamics parameters (used by domain randomization)."""
         cfg = self.config.init
-        keys = jax.random.split(rng, 9)
-        scale = (jax.random.uniform(keys[0]) >= cfg.at_target_prob).astype(jnp.float32)
+        keys = threefry.split(rng, 9)
+        scale = (threefry.uniform(keys[0]) >= cfg.at_target_prob).astype(jnp.float32)
 
         def u(key, half):
-            return tuple(jax.random.uniform(key, (3,), minval=-half, maxval=half) * scale)
+            return tuple(threefry.uniform(key, (3,), -half, half) * scale)
 
         phase = jnp.zeros(())
         if self.config.task == "track":
-            phase = jax.random.uniform(keys[6], maxval=self.config.track.period)
+            phase = threefry.uniform(keys[6], (), 0.0, self.config.track.period)
         (tp, tv) = self.target(phase)
         off = u(keys[1], cfg.position)
         pos = tuple(p + o for p, o in zip(tp, off, strict=True))
@@ -217,7 +217,7 @@ class QuadrotorEnv(Env):
             rpm=(params.hover_u * params.rpm_max,) * 4,
         )
         mg = params.mass * GRAVITY
-        d = jax.random.normal(keys[5], (6,))
+        d = threefry.normal(keys[5], (6,))
         dist = dyn.Disturbance(
             force=tuple(d[:3] * self.config.disturbance.force * mg),
             torque=tuple(d[3:] * self.config.disturbance.torque * mg),
@@ -248,7 +248,7 @@ class QuadrotorEnv(Env):
         cap), tilt axis horizontal at a uniform azimuth, then a uniform yaw: q = q_tilt ⊗ q_yaw.
         """
         cos_max = math.cos(math.radians(min(self.config.init.max_tilt_deg, 180.0)))
-        u = jax.random.uniform(key, (3,))
+        u = threefry.uniform(key, (3,))
         tilt = jnp.arccos(cos_max + (1.0 - cos_max) * u[0]) * (scale > 0)
         azimuth, yaw = 2 * jnp.pi * u[1], 2 * jnp.pi * u[2] * (scale > 0)
         st, ct = jnp.sin(tilt / 2), jnp.cos(tilt / 2)
@@ -315,7 +315,7 @@ class QuadrotorEnv(Env):
             [n.position] * 3 + [n.orientation] * 9 + [n.velocity] * 3 + [n.angular_velocity] * 3,
             jnp.float32,
         )
-        noisy = clean + sigma * threefry.normal(key, clean.shape[0])
+        noisy = clean + sigma * threefry.normal(key, clean.shape)
         hist = data.actions[: self.config.action_history].reshape(-1)
         p = data.params
         priv = jnp.concatenate(

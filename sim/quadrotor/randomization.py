@@ -13,6 +13,7 @@ import dataclasses
 
 import jax
 
+from sim import rng as threefry
 from sim.env import Env, State, Wrapper
 from sim.quadrotor.env import DisturbanceConfig, QuadrotorConfig
 from sim.quadrotor.params import QuadParams
@@ -57,10 +58,10 @@ def heavy_disturbances(config: QuadrotorConfig, factor: float = 3.0) -> Quadroto
 
 def randomize_params(key: jax.Array, p: QuadParams, cfg: RandomizationConfig) -> QuadParams:
     """Samples scaled parameters around `p`."""
-    k = jax.random.split(key, 5)
+    k = threefry.split(key, 5)
 
     def s(key, r, shape=()):
-        return jax.random.uniform(key, shape, minval=1.0 - r, maxval=1.0 + r)
+        return threefry.uniform(key, shape, 1.0 - r, 1.0 + r)
 
     ji = s(k[1], cfg.inertia, (3,))
     thrust = s(k[2], cfg.thrust)
@@ -85,7 +86,7 @@ class DomainRandomization(Wrapper):
         self.config = config
 
     def reset(self, rng: jax.Array) -> State:
-        key_params, key_env = jax.random.split(rng)
+        key_params, key_env = threefry.split(rng)
         quad = self.env.unwrapped
         params = randomize_params(key_params, quad.nominal_params, self.config)
         return quad.reset_with_params(key_env, params)

@@ -1,4 +1,4 @@
-"""`sim.rng` reproduces `jax.random.split` and `jax.random.normal` bit for bit."""
+"""`sim.rng` reproduces `jax.random.split`, `uniform` and `normal` bit for bit."""
 
 from __future__ import annotations
 
@@ -23,37 +23,43 @@ KEYS = {
 
 
 @pytest.mark.parametrize("kind", sorted(KEYS))
-@pytest.mark.parametrize("n", [1, 2, 18, 19])
-def test_normal_matches_jax_random(kind, n):
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (18,), (19,), (2, 3)])
+def test_normal_and_uniform_match_jax_random(kind, shape):
     keys = KEYS[kind]
-    want = jax.vmap(lambda k: jax.random.normal(k, (n,)))(keys)
-    got = jax.jit(jax.vmap(lambda k: rng.normal(k, n)))(keys)
+    want = jax.vmap(lambda k: jax.random.normal(k, shape))(keys)
+    got = jax.jit(jax.vmap(lambda k: rng.normal(k, shape)))(keys)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    assert got.dtype == jnp.float32
+    assert got.dtype == jnp.float32 and got.shape == want.shape
     assert 0.9 < float(jnp.std(got)) < 1.1  # not a degenerate stream
+    for lo, hi in [(0.0, 1.0), (-0.5, 0.5), (0.9, 1.1), (0.0, 6.0)]:
+        want = jax.vmap(lambda k, lo=lo, hi=hi: jax.random.uniform(k, shape, minval=lo, maxval=hi))(
+            keys
+        )
+        got = jax.jit(jax.vmap(lambda k, lo=lo, hi=hi: rng.uniform(k, shape, lo, hi)))(keys)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.parametrize("kind", sorted(KEYS))
-def test_split_matches_jax_random(kind):
+@pytest.mark.parametrize("num", [2, 5, 9])
+def test_split_matches_jax_random(kind, num):
     keys = KEYS[kind]
-    want = jax.vmap(jax.random.split)(keys)
-    a, b = jax.jit(jax.vmap(rng.split))(keys)
-    assert a.dtype == keys.dtype and a.shape == keys.shape
-    np.testing.assert_array_equal(_data(a), _data(want[:, 0]))
-    np.testing.assert_array_equal(_data(b), _data(want[:, 1]))
-    eager = rng.split(keys[0])  # unjitted, unbatched
-    np.testing.assert_array_equal(_data(eager[1]), _data(want[0, 1]))
+    want = jax.vmap(lambda k: jax.random.split(k, num))(keys)
+    got = jax.jit(jax.vmap(lambda k: rng.split(k, num)))(keys)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(_data(got), _data(want))
+    eager = rng.split(keys[0], num)  # unjitted, unbatched
+    np.testing.assert_array_equal(_data(eager), _data(want[0]))
 
 
 def test_other_generators_fall_back_to_jax_random():
     key = jax.random.key(3, impl="rbg")
-    np.testing.assert_array_equal(rng.normal(key, 5), jax.random.normal(key, (5,)))
-    np.testing.assert_array_equal(_data(rng.split(key)[1]), _data(jax.random.split(key)[1]))
+    np.testing.assert_array_equal(rng.normal(key, (5,)), jax.random.normal(key, (5,)))
+    np.testing.assert_array_equal(_data(rng.split(key)), _data(jax.random.split(key)))
     before = jax.config.jax_threefry_partitionable
     jax.config.update("jax_threefry_partitionable", False)
     try:
         key = jax.random.key(3)
-        np.testing.assert_array_equal(rng.normal(key, 5), jax.random.normal(key, (5,)))
+        np.testing.assert_array_equal(rng.uniform(key, (5,)), jax.random.uniform(key, (5,)))
     finally:
         jax.config.update("jax_threefry_partitionable", before)
 
