@@ -54,10 +54,9 @@ def _threefry_words(key: jax.Array) -> tuple[jax.Array, jax.Array] | None:
     return key[0], key[1]
 
 
-def _bits(k1, k2, n: int) -> jax.Array:
-    """32 random bits for each of the counters 0 … n − 1 (high word 0)."""
-    b1, b2 = threefry2x32(k1, k2, jnp.zeros(n, jnp.uint32), jnp.arange(n, dtype=jnp.uint32))
-    return b1 ^ b2
+def _words(k1, k2, n: int) -> tuple[jax.Array, jax.Array]:
+    """Both output words for the counters 0 … n − 1 (high word 0), as JAX counts them."""
+    return threefry2x32(k1, k2, jnp.zeros(n, jnp.uint32), jnp.arange(n, dtype=jnp.uint32))
 
 
 def split(key: jax.Array, num: int = 2) -> jax.Array:
@@ -65,9 +64,7 @@ def split(key: jax.Array, num: int = 2) -> jax.Array:
     words = _threefry_words(key)
     if words is None:
         return jax.random.split(key, num)
-    k1, k2 = words
-    b1, b2 = threefry2x32(k1, k2, jnp.zeros(num, jnp.uint32), jnp.arange(num, dtype=jnp.uint32))
-    keys = jnp.stack([b1, b2], axis=-1)
+    keys = jnp.stack(_words(*words, num), axis=-1)
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         keys = jax.random.wrap_key_data(keys, impl=jax.random.key_impl(key))
     return keys
@@ -78,7 +75,8 @@ def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0)
     words = _threefry_words(key)
     if words is None:
         return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
-    bits = _bits(*words, math.prod(shape)).reshape(shape)
+    b1, b2 = _words(*words, math.prod(shape))
+    bits = (b1 ^ b2).reshape(shape)
     mantissa = (bits >> np.uint32(32 - 23)) | np.float32(1.0).view(np.uint32)
     floats = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
     lo, hi = jnp.float32(minval), jnp.float32(maxval)

@@ -51,6 +51,19 @@ def test_split_matches_jax_random(kind, num):
     np.testing.assert_array_equal(_data(eager), _data(want[0]))
 
 
+def _uses_jax_threefry(fn, key) -> bool:
+    jaxpr = str(jax.make_jaxpr(fn)(key))
+    return any(p in jaxpr for p in ("random_bits", "random_split", "threefry2x32"))
+
+
+def test_threefry_keys_take_the_written_out_path():
+    for key in (jax.random.key(3), jax.random.PRNGKey(3)):
+        assert not _uses_jax_threefry(lambda k: rng.normal(k, (3,)), key)
+        assert not _uses_jax_threefry(lambda k: rng.split(k), key)
+        assert _uses_jax_threefry(lambda k: jax.random.normal(k, (3,)), key)  # the check works
+        assert _uses_jax_threefry(lambda k: jax.random.split(k), key)
+
+
 def test_other_generators_fall_back_to_jax_random():
     key = jax.random.key(3, impl="rbg")
     np.testing.assert_array_equal(rng.normal(key, (5,)), jax.random.normal(key, (5,)))
