@@ -41,7 +41,7 @@ def threefry2x32(k1, k2, x1, x2) -> tuple[jax.Array, jax.Array]:
     return x1, x2
 
 
-def _threefry_words(key: jax.Array) -> tuple[jax.Array, jax.Array] | None:
+def _key_words(key: jax.Array) -> tuple[jax.Array, jax.Array] | None:
     """(k1, k2) of a Threefry key (typed or raw uint32 [2]); None: leave it to jax.random."""
     if not jax.config.jax_threefry_partitionable:
         return None
@@ -61,7 +61,7 @@ def _words(k1, k2, n: int) -> tuple[jax.Array, jax.Array]:
 
 def split(key: jax.Array, num: int = 2) -> jax.Array:
     """`jax.random.split(key, num)`: [num] keys of the same kind (an unbatched key)."""
-    words = _threefry_words(key)
+    words = _key_words(key)
     if words is None:
         return jax.random.split(key, num)
     keys = jnp.stack(_words(*words, num), axis=-1)
@@ -72,7 +72,7 @@ def split(key: jax.Array, num: int = 2) -> jax.Array:
 
 def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0) -> jax.Array:
     """`jax.random.uniform(key, shape, float32, minval, maxval)` (an unbatched key)."""
-    words = _threefry_words(key)
+    words = _key_words(key)
     if words is None:
         return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
     b1, b2 = _words(*words, math.prod(shape))
@@ -84,8 +84,7 @@ def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0)
 
 
 def normal(key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
-    """`jax.random.normal(key, shape)`, float32 (an unbatched key)."""
-    if _threefry_words(key) is None:
-        return jax.random.normal(key, shape, jnp.float32)
+    """`jax.random.normal(key, shape)`, float32 (an unbatched key): its own formula over
+    `uniform`, so other generators fall back through `uniform`."""
     lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
     return np.float32(np.sqrt(2)) * jax.lax.erf_inv(uniform(key, shape, lo, 1.0))
