@@ -19,6 +19,13 @@ default_xla_flag(
     "xla_gpu_enable_command_buffer", "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
 )
 
-from algos.presets import PRESETS, EvalConfig, TrainConfig, get_preset  # noqa: E402
+from algos.presets import PRESETS, EvalConfig, TrainConfig, ValidationConfig, get_preset  # noqa: E402
 
-__all__ = ["PRESETS", "EvalConfig", "TrainConfig", "default_xla_flag", "get_preset"]
+__all__ = [
+    "PRESETS",
+    "EvalConfig",
+    "TrainConfig",
+    "ValidationConfig",
+    "default_xla_flag",
+    "get_preset",
+]

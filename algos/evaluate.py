@@ -59,17 +59,23 @@ def rollout(
     return traj
 
 
-def summarize(traj: dict[str, jax.Array], settle_steps: int, tolerance: float) -> dict[str, float]:
-    """Success: never terminated, and the env's success flag at the last step where it has one
-    (arms), else the mean position error over the last `settle_steps` steps is ≤ `tolerance`.
-    RMSE over alive steps only. Returns the four keys of eval.json's summary."""
-    err, dead = traj["position_error"], traj["done"]
-    terminated = dead[-1] > 0
+def episode_success(traj: dict[str, jax.Array], settle_steps: int, tolerance: float) -> jax.Array:
+    """[B] bool, jittable: never terminated, and the env's success flag at the last step where
+    it has one (arms), else the mean position error over the last `settle_steps` steps is
+    ≤ `tolerance`."""
     if "success" in traj:
         reached = traj["success"][-1] > 0
     else:
-        reached = err[-settle_steps:].mean(0) <= tolerance
-    success = (~terminated) & reached
+        reached = traj["position_error"][-settle_steps:].mean(0) <= tolerance
+    return (traj["done"][-1] <= 0) & reached
+
+
+def summarize(traj: dict[str, jax.Array], settle_steps: int, tolerance: float) -> dict[str, float]:
+    """Success as `episode_success`; RMSE over alive steps only. Returns the four keys of
+    eval.json's summary."""
+    err, dead = traj["position_error"], traj["done"]
+    terminated = dead[-1] > 0
+    success = episode_success(traj, settle_steps, tolerance)
     alive = 1.0 - dead
     rmse = jnp.sqrt(jnp.sum(err**2 * alive) / jnp.maximum(alive.sum(), 1.0))
     return {

@@ -47,6 +47,7 @@ from sim import Env, make_env, manipulator, quadrotor
 CONFIG = "config.json"
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.csv"
+VALIDATION = "validation.csv"
 EVAL = "eval.json"
 CONFIG_FORMAT = "hoverfly-run/1"
 CHECKPOINT_FORMAT = "hoverfly-checkpoint/1"
@@ -265,10 +266,11 @@ def _check_tree(path: Path, name: str, want: Any, got: Any) -> None:
 
 # -- metrics.csv ------------------------------------------------------------------------------
 class MetricsLog:
-    """Appends one row per update to metrics.csv; the header is fixed by the first row."""
+    """Appends one row per update to metrics.csv (or `name`, e.g. validation.csv); the header is
+    fixed by the first row."""
 
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / METRICS
+    def __init__(self, run_dir: Path, name: str = METRICS):
+        self.path = Path(run_dir) / name
         self.fields: list[str] | None = None
         if self.path.is_file() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
@@ -285,18 +287,19 @@ class MetricsLog:
             writer.writerow(row)
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, float]]:
-    """Complete rows of metrics.csv as floats (a partial last line is skipped)."""
-    path = Path(run_dir) / METRICS
+def read_metrics(run_dir: Path, name: str = METRICS) -> list[dict[str, float]]:
+    """Complete rows of metrics.csv (or `name`) as floats (a partial last line is skipped)."""
+    path = Path(run_dir) / name
     if not path.is_file():
         return []
     header, rows = _parse_metrics(path.read_text())
     return [{k: _float(v) for k, v in zip(header, r, strict=True)} for r in rows]
 
 
-def trim_metrics(run_dir: Path, last_update: int) -> None:
-    """Drops rows past `last_update` (written after the last checkpoint) and partial lines."""
-    path = Path(run_dir) / METRICS
+def trim_metrics(run_dir: Path, last_update: int, name: str = METRICS) -> None:
+    """Drops rows of metrics.csv (or `name`) past `last_update` (written after the last
+    checkpoint) and partial lines."""
+    path = Path(run_dir) / name
     if not path.is_file():
         return
     text = path.read_text()

@@ -31,6 +31,8 @@ from algos.presets import TrainConfig
 from algos.run_folder import (
     CONFIG,
     EVAL,
+    METRICS,
+    VALIDATION,
     Checkpoint,
     MetricsLog,
     RunError,
@@ -170,24 +172,66 @@ def train(
         like = jax.eval_shape(init, jax.random.key(cfg.seed))
         ckpt = load_checkpoint(ckpt_path, like.params, like.opt_state, cfg_hash)
     total, log = cfg.learner.num_updates, _Log(run_dir, console)
-    if ckpt is not None and ckpt.update >= total:
+    if ckpt is not None and (ckpt.update >= total or _validated(cfg, run_dir, ckpt.update)):
         log(f"run {run_dir} is complete ({ckpt.update}/{total} updates); not retraining")
         return TrainResult(ckpt.update, total, _final_eval(run_dir, ckpt.update, log, console))
     remove_stale_temp_files(run_dir)
-    trim_metrics(run_dir, ckpt.update if ckpt else 0)
+    for name in (METRICS, VALIDATION):
+        trim_metrics(run_dir, ckpt.update if ckpt else 0, name)
     cache_before, t_start = _cache_entries(), time.perf_counter()
     ts = _start_state(init, cfg, ckpt, cfg_hash, log)
     timing = (t_start, time.perf_counter() - t_start, cache_before)
     end = total if stop_after is None else min(total, int(ts.update) + stop_after)
+    validate = _make_validation(cfg, env, trainer.network)
     ts = _loop(
-        _jit_update(trainer.update, opts), cfg, run_dir, ts, end, cfg_hash, log, console, timing
+        _jit_update(trainer.update, opts),
+        validate,
+        cfg,
+        run_dir,
+        ts,
+        end,
+        cfg_hash,
+        log,
+        console,
+        timing,
     )
     update = int(ts.update)
-    if update < total:
+    steps = f"{update:,} updates, {update * cfg.steps_per_update:,} env steps"
+    if update < total and _validated(cfg, run_dir, update):
+        log(f"training complete: validation success ≥ {cfg.validation.stop_at:.1%} after {steps}")
+    elif update < total:
         log(f"stopped at update {update}/{total}; run the same command again to resume")
         return TrainResult(update, total, None)
-    log(f"training complete: {update} updates, {update * cfg.steps_per_update:,} env steps")
+    else:
+        log(f"training complete: {steps}")
     return TrainResult(update, total, _final_eval(run_dir, update, log, console))
+
+
+def _validated(cfg: TrainConfig, run_dir: Path, update: int) -> bool:
+    """Whether the validation of update `update` reached `cfg.validation.stop_at` (an early stop:
+    the run is complete at that checkpoint)."""
+    if not cfg.validation.every:
+        return False
+    return any(
+        int(r["update"]) == update and r["success_rate"] >= cfg.validation.stop_at
+        for r in read_metrics(run_dir, VALIDATION)
+    )
+
+
+def _make_validation(cfg: TrainConfig, env, network):
+    """validate(params) -> eval summary of the deterministic policy on the validation episodes
+    (`cfg.validation`: the eval protocol with its own key), or None when validation is off."""
+    v = cfg.validation
+    if not v.every:
+        return None
+    steps, settle = eval_steps(cfg.eval, env.dt)
+
+    def run_episodes(params):
+        policy = make_run_policy(cfg.algo, network, params, deterministic=True)
+        return rollout(env, policy, jax.random.key(v.seed), v.episodes, steps)
+
+    run = jax.jit(run_episodes, compiler_options=env.compiler_options)
+    return lambda params: summarize(run(params), settle, cfg.eval.tolerance)
 
 
 def _validate_run_fields(cfg: TrainConfig) -> None:
@@ -260,11 +304,12 @@ def _jit_update(update_fn, compiler_options: dict):
     )
 
 
-def _loop(update_fn, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
+def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
     """Runs the jitted `update_fn` until `end`; one metrics row per update, checkpoints every
-    few."""
+    few; validations (`validate`, None: off) where `cfg.validation` has them due, and an early
+    end (with a checkpoint) once one reaches `cfg.validation.stop_at`."""
     batch, total, start = cfg.steps_per_update, cfg.learner.num_updates, int(ts.update)
-    metrics_log = MetricsLog(run_dir)
+    metrics_log, validation_log = MetricsLog(run_dir), MetricsLog(run_dir, VALIDATION)
     previous = read_metrics(run_dir)
     wall0 = previous[-1].get("wall_time_s", 0.0) if previous else 0.0
     from tensorboardX import SummaryWriter
@@ -302,8 +347,18 @@ def _loop(update_fn, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
                     _stats(stats, metrics, batch / max(now - t0, 1e-9), first=u == start + 1),
                 )
                 progress.update(task, completed=u * batch, **stats)
-                if u % cfg.checkpoint_every == 0 or u == end:
+                stop = False
+                if validate is not None and cfg.validation.due(u):
+                    summary = validate(ts.params)
+                    validation_log.append({"update": u, "env_steps": u * batch, **summary})
+                    for k in ("success_rate", "pos_rmse_m", "termination_rate"):
+                        writer.add_scalar(f"validation/{k}", summary[k], u * batch)
+                    stop = summary["success_rate"] >= cfg.validation.stop_at
+                    log(f"validation at update {u}: {format_summary(summary)}")
+                if u % cfg.checkpoint_every == 0 or u == end or stop:
                     _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats)
+                if stop:
+                    break
     except KeyboardInterrupt:
         if int(saved.update) > start:
             _checkpoint(run_dir, saved, cfg_hash, writer, log, total, batch, stats)
@@ -351,14 +406,20 @@ def plot_learning_curve(run_dir: Path) -> None:
         ("position_error", "position error [m]"),
     ]
     panels = [(k, label) for k, label in panels if k in rows[0]]
+    validation = read_metrics(run_dir, VALIDATION)
+    if validation:
+        panels.append(("success_rate", "validation success"))
     fig = Figure(figsize=(4.5 * len(panels), 3.5), layout="constrained")
     for ax, (k, label) in zip(np.atleast_1d(fig.subplots(1, len(panels))), panels, strict=True):
-        # Episode statistics exist only for rollouts in which episodes ended.
-        y = [
-            np.nan if k.startswith("episode/") and not r.get("episode/count", 1) else r[k]
-            for r in rows
-        ]
-        ax.plot(x, y, lw=1.0)
+        if k == "success_rate":
+            vx, vy = (np.array([r[f] for r in validation]) for f in ("env_steps", k))
+            ax.plot(vx, vy, "o-", lw=1.0)
+        else:  # episode statistics exist only for rollouts in which episodes ended
+            y = [
+                np.nan if k.startswith("episode/") and not r.get("episode/count", 1) else r[k]
+                for r in rows
+            ]
+            ax.plot(x, y, lw=1.0)
         ax.set(xlabel="env steps", ylabel=label)
         ax.grid(alpha=0.3)
     buf = io.BytesIO()

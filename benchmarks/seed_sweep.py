@@ -21,7 +21,7 @@ import numpy as np
 
 from algos import TrainConfig, get_preset
 from algos.config_io import from_dict, to_dict
-from algos.evaluate import eval_steps, rollout
+from algos.evaluate import episode_success, eval_steps, rollout
 from algos.ppo import make_train
 from policies import make_policy
 from sim import make_env
@@ -64,23 +64,40 @@ def sweep(
         force = jnp.hypot(data.dist.force[0], data.dist.force[1]) / (data.params.mass * GRAVITY)
         return traj["done"][-1] > 0, traj["position_error"][-settle:].mean(0), force
 
-    def success(params):
-        terminated, error, _ = outcome(params)
-        return jnp.mean(~terminated & (error <= cfg.eval.tolerance))
+    def success(params, seed=cfg.eval.seed, episodes=cfg.eval.episodes):
+        policy = make_policy(trainer.network, params, deterministic=True)
+        traj = rollout(env, policy, jax.random.key(seed), episodes, steps)
+        return jnp.mean(episode_success(traj, settle, cfg.eval.tolerance))
 
+    val = cfg.validation
     evaluate = jax.jit(jax.vmap(success))
-    update = jax.jit(jax.vmap(trainer.update), donate_argnums=0)
+    validate = jax.jit(jax.vmap(lambda p: success(p, val.seed, val.episodes)))
+    # Seeds that stopped (validation success ≥ val.stop_at, as `hoverfly train` does) keep their
+    # state; without validation the update donates its input.
+    update = jax.jit(jax.vmap(trainer.update), donate_argnums=() if val.every else 0)
+    freeze = jax.jit(
+        lambda stop, new, old: jax.tree.map(
+            lambda n, o: jnp.where(stop.reshape(stop.shape + (1,) * (n.ndim - 1)), o, n), new, old
+        )
+    )
     t0 = time.perf_counter()
     ts = jax.jit(jax.vmap(trainer.init))(jax.vmap(jax.random.key)(first_seed + jnp.arange(seeds)))
-    curve = []
+    curve, stopped_at = [], [None] * seeds
+    stopped = np.zeros(seeds, bool)
     for i in range(cfg.ppo.num_updates):
-        ts, _ = update(ts)
-        if (i + 1) % eval_every == 0 or i + 1 == cfg.ppo.num_updates:
+        u, new_ts = i + 1, update(ts)[0]
+        ts = freeze(jnp.asarray(stopped), new_ts, ts) if stopped.any() else new_ts
+        if val.due(u):
+            rates = np.asarray(validate(ts.params))
+            for s in np.flatnonzero(~stopped & (rates >= val.stop_at)):
+                stopped[s], stopped_at[s] = True, u * cfg.ppo.batch_size
+        last = u == cfg.ppo.num_updates or stopped.all()
+        if u % eval_every == 0 or last:
             rates = [round(float(r), 4) for r in evaluate(ts.params)]
             n_ok = sum(r >= threshold for r in rates)
-            curve.append(
-                {"env_steps": (i + 1) * cfg.ppo.batch_size, "success": rates, "n_ok": n_ok}
-            )
+            curve.append({"env_steps": u * cfg.ppo.batch_size, "success": rates, "n_ok": n_ok})
+        if last:
+            break
     final = curve[-1]["success"]
     terminated, error, force = (np.asarray(a) for a in jax.jit(jax.vmap(outcome))(ts.params))
     tol = cfg.eval.tolerance
@@ -94,6 +111,10 @@ def sweep(
         "final_seeds_ok": curve[-1]["n_ok"],
         "final_mean": round(sum(final) / len(final), 4),
         "final_min": min(final),
+        # env steps at which each seed's validation success reached cfg.validation.stop_at and
+        # training stopped (null: trained to the end)
+        "stopped_at_env_steps": stopped_at,
+        "validation": to_dict(cfg.validation),
         "wall_seconds_incl_eval_and_compile": round(time.perf_counter() - t0, 1),
         # Why the final policies fail, over all seeds' eval episodes: shares of episodes that
         # terminate, settle just outside the tolerance (≤ 1.5×) or further; and the mean

@@ -11,7 +11,7 @@ import jax
 import pytest
 from rich.console import Console
 
-from algos import TrainConfig, get_preset, runner
+from algos import TrainConfig, ValidationConfig, get_preset, runner
 from algos.ppo import make_train
 from algos.run_folder import (
     RunError,
@@ -127,6 +127,48 @@ def test_resume_continues_update_counter_without_duplicate_rows(tmp_path):
     assert ckpt.update == UPDATES
     adam = ckpt.opt_state[1][0]
     assert int(adam.count) == UPDATES * cfg.ppo.update_epochs * cfg.ppo.num_minibatches
+
+
+def test_validation_stop_ends_the_run_at_that_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    val = ValidationConfig(every=4, start=6, episodes=8, stop_at=0.0)  # 0: stops at the first
+    cfg = tiny_config(validation=val)
+    console = quiet()
+    result = runner.train(cfg, run, console=console)
+    assert (result.update, result.total) == (6, UPDATES) and result.eval is not None
+    assert latest_checkpoint(run) == checkpoint_path(run, 6)
+    assert [int(r["update"]) for r in read_metrics(run, "validation.csv")] == [6]
+    assert len(read_metrics(run)) == 6
+    assert json.loads((run / "eval.json").read_text())["update"] == 6
+    assert "validation success ≥ 0.0% after 6 updates" in console.file.getvalue()
+    before = files(run)
+    assert runner.train(cfg, run, console=quiet()) == result  # complete: not retrained
+    assert {k: v for k, v in files(run).items() if k.name != "run.log"} == {
+        k: v for k, v in before.items() if k.name != "run.log"
+    }
+
+
+def test_validation_below_stop_at_trains_on_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    cfg = tiny_config(validation=ValidationConfig(every=8, start=8, episodes=8, stop_at=1.01))
+    assert runner.train(cfg, run, stop_after=10, console=quiet()).update == 10
+    for u in (10, 8):  # as if killed after update 8's validation, before its checkpoint
+        checkpoint_path(run, u).unlink()
+    console = quiet()
+    result = runner.train(cfg, run, console=console)
+    assert "resume from ckpt_00000004.msgpack" in console.file.getvalue()
+    assert result.update == UPDATES
+    rows = read_metrics(run, "validation.csv")
+    assert [int(r["update"]) for r in rows] == [8, 16, 24]
+    assert all(0.0 <= r["success_rate"] <= 1.0 and r["episodes"] == 8 for r in rows)
+
+
+def test_validation_schedule():
+    v = ValidationConfig(every=40, start=280)
+    assert [u for u in range(1, 400) if v.due(u)] == [280, 320, 360]
+    assert not any(ValidationConfig().due(u) for u in range(1, 100))
+    with pytest.raises(ValueError, match="validation"):
+        ValidationConfig(every=-1).validate()
 
 
 def test_changed_config_is_refused_and_nothing_changes(finished_run):
