@@ -182,8 +182,10 @@ def save_checkpoint(
     key: jax.Array,
     cfg_hash: str,
     keep: int = 3,
+    protect: int | None = None,
 ) -> Path:
-    """Writes checkpoint `update` atomically and deletes all but the newest `keep`."""
+    """Writes checkpoint `update` atomically and deletes all but the newest `keep` and that of
+    update `protect` (the best validated one)."""
     key = jax.device_get(key)
     typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
     payload = {
@@ -199,7 +201,8 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, serialization.msgpack_serialize(payload))
     for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
+        if protect is None or old != checkpoint_path(run_dir, protect):
+            old.unlink(missing_ok=True)
     return path
 
 

@@ -37,6 +37,7 @@ from algos.run_folder import (
     MetricsLog,
     RunError,
     atomic_write,
+    checkpoint_path,
     config_diff,
     config_hash,
     format_diff,
@@ -306,8 +307,10 @@ def _jit_update(update_fn, compiler_options: dict):
 
 def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
     """Runs the jitted `update_fn` until `end`; one metrics row per update, checkpoints every
-    few; validations (`validate`, None: off) where `cfg.validation` has them due, and an early
-    end (with a checkpoint) once one reaches `cfg.validation.stop_at`."""
+    few. Validations (`validate`, None: off) where `cfg.validation` has them due and at the last
+    update: an early end (with a checkpoint) once one reaches `cfg.validation.stop_at`; the best
+    validated checkpoint is kept, and if the budget ends below it, the final checkpoint holds its
+    parameters."""
     batch, total, start = cfg.steps_per_update, cfg.learner.num_updates, int(ts.update)
     metrics_log, validation_log = MetricsLog(run_dir), MetricsLog(run_dir, VALIDATION)
     previous = read_metrics(run_dir)
@@ -317,6 +320,11 @@ def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, ti
     writer = SummaryWriter(str(run_dir / "tb"), purge_step=start * batch + 1)
     saved, t_first, stats = ts, None, {"sps": 0.0, "ret": float("nan"), "term": float("nan")}
     t_start, t_init, cache_before = timing
+    # (success, update) of the best validation so far; its checkpoint is kept for the end
+    best = max(
+        ((r["success_rate"], int(r["update"])) for r in read_metrics(run_dir, VALIDATION)),
+        default=(-1.0, None),
+    )
     try:
         with _progress(console) as progress:
             task = progress.add_task(
@@ -348,20 +356,30 @@ def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, ti
                 )
                 progress.update(task, completed=u * batch, **stats)
                 stop = False
-                if validate is not None and cfg.validation.due(u):
+                if validate is not None and (cfg.validation.due(u) or u == total):
                     summary = validate(ts.params)
                     validation_log.append({"update": u, "env_steps": u * batch, **summary})
                     for k in ("success_rate", "pos_rmse_m", "termination_rate"):
                         writer.add_scalar(f"validation/{k}", summary[k], u * batch)
-                    stop = summary["success_rate"] >= cfg.validation.stop_at
                     log(f"validation at update {u}: {format_summary(summary)}")
-                if u % cfg.checkpoint_every == 0 or u == end or stop:
-                    _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats)
+                    rate = summary["success_rate"]
+                    stop = rate >= cfg.validation.stop_at
+                    if rate > best[0]:
+                        best = (rate, u)
+                    elif u == total:  # the budget ends below the best validated policy
+                        ckpt = load_checkpoint(checkpoint_path(run_dir, best[1]), ts.params)
+                        ts = ts.replace(params=jax.tree.map(jnp.asarray, ckpt.params))
+                        log(
+                            f"final policy: the parameters of update {best[1]} (validation "
+                            f"{best[0]:.1%}, against {rate:.1%} at the end)"
+                        )
+                if u % cfg.checkpoint_every == 0 or u == end or stop or best[1] == u:
+                    _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats, best[1])
                 if stop:
                     break
     except KeyboardInterrupt:
         if int(saved.update) > start:
-            _checkpoint(run_dir, saved, cfg_hash, writer, log, total, batch, stats)
+            _checkpoint(run_dir, saved, cfg_hash, writer, log, total, batch, stats, best[1])
         log(f"interrupted at update {int(saved.update)}/{total}; run the same command to resume")
         raise
     finally:
@@ -381,9 +399,9 @@ def _stats(prev: dict, metrics: dict, sps: float, first: bool) -> dict[str, floa
     return out
 
 
-def _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats) -> None:
+def _checkpoint(run_dir, ts, cfg_hash, writer, log, total, batch, stats, protect) -> None:
     u = int(ts.update)
-    path = save_checkpoint(run_dir, u, ts.params, ts.opt_state, ts.key, cfg_hash)
+    path = save_checkpoint(run_dir, u, ts.params, ts.opt_state, ts.key, cfg_hash, protect=protect)
     writer.flush()
     plot_learning_curve(run_dir)
     log(

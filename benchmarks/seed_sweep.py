@@ -82,16 +82,26 @@ def sweep(
     )
     t0 = time.perf_counter()
     ts = jax.jit(jax.vmap(trainer.init))(jax.vmap(jax.random.key)(first_seed + jnp.arange(seeds)))
-    curve, stopped_at = [], [None] * seeds
-    stopped = np.zeros(seeds, bool)
-    for i in range(cfg.ppo.num_updates):
+    curve, stopped_at, restored = [], [None] * seeds, [None] * seeds
+    stopped, best_rate, best_step = np.zeros(seeds, bool), np.full(seeds, -1.0), [0] * seeds
+    best_params, n_updates = ts.params, cfg.ppo.num_updates
+    for i in range(n_updates):
         u, new_ts = i + 1, update(ts)[0]
         ts = freeze(jnp.asarray(stopped), new_ts, ts) if stopped.any() else new_ts
-        if val.due(u):
+        if val.every and (val.due(u) or u == n_updates):
             rates = np.asarray(validate(ts.params))
+            improved = ~stopped & (rates > best_rate)
+            best_params = freeze(jnp.asarray(~improved), ts.params, best_params)
+            for s in np.flatnonzero(improved):
+                best_rate[s], best_step[s] = rates[s], u * cfg.ppo.batch_size
+            if u == n_updates:  # as `hoverfly train`: a budget ending below the best keeps it
+                worse = ~stopped & ~improved
+                ts = ts.replace(params=freeze(jnp.asarray(worse), ts.params, best_params))
+                for s in np.flatnonzero(worse):
+                    restored[s] = best_step[s]
             for s in np.flatnonzero(~stopped & (rates >= val.stop_at)):
                 stopped[s], stopped_at[s] = True, u * cfg.ppo.batch_size
-        last = u == cfg.ppo.num_updates or stopped.all()
+        last = u == n_updates or stopped.all()
         if u % eval_every == 0 or last:
             rates = [round(float(r), 4) for r in evaluate(ts.params)]
             n_ok = sum(r >= threshold for r in rates)
@@ -114,6 +124,9 @@ def sweep(
         # env steps at which each seed's validation success reached cfg.validation.stop_at and
         # training stopped (null: trained to the end)
         "stopped_at_env_steps": stopped_at,
+        # for seeds whose last validation was below their best: the env steps of the best one,
+        # whose parameters are the seed's final policy (null: the last parameters)
+        "final_params_from_env_steps": restored,
         "validation": to_dict(cfg.validation),
         "wall_seconds_incl_eval_and_compile": round(time.perf_counter() - t0, 1),
         # Why the final policies fail, over all seeds' eval episodes: shares of episodes that

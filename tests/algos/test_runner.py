@@ -8,6 +8,7 @@ import json
 import shutil
 
 import jax
+import numpy as np
 import pytest
 from rich.console import Console
 
@@ -161,6 +162,35 @@ def test_validation_below_stop_at_trains_on_and_resumes(tmp_path):
     rows = read_metrics(run, "validation.csv")
     assert [int(r["update"]) for r in rows] == [8, 16, 24]
     assert all(0.0 <= r["success_rate"] <= 1.0 and r["episodes"] == 8 for r in rows)
+
+
+def test_budget_ending_below_the_best_validation_keeps_the_best_parameters(tmp_path, monkeypatch):
+    """The selection rule alone: validation results are scripted (update 8: 50 %, 16: 90 %,
+    24: 70 %), so the final checkpoint must carry update 16's parameters."""
+    scripted = iter([0.5, 0.9, 0.7])
+
+    def fake_validation(cfg, env, network):
+        return lambda params: {
+            "success_rate": next(scripted),
+            "pos_rmse_m": 0.1,
+            "termination_rate": 0.0,
+            "episodes": 8,
+        }
+
+    monkeypatch.setattr(runner, "_make_validation", fake_validation)
+    run = tmp_path / "run"
+    val = ValidationConfig(every=8, start=8, episodes=8, stop_at=1.01)
+    cfg = tiny_config(validation=val, checkpoint_every=2)
+    console = quiet()
+    assert runner.train(cfg, run, console=console).update == UPDATES
+    assert "final policy: the parameters of update 16" in console.file.getvalue()
+    assert [p.name for p in list_checkpoints(run)] == [
+        f"ckpt_{u:08d}.msgpack" for u in (16, 20, 22, 24)
+    ]
+    like = jax.eval_shape(make_env_and_network(cfg)[1].init, jax.random.key(0))
+    best, last = (load_checkpoint(checkpoint_path(run, u), like) for u in (16, UPDATES))
+    assert last.update == UPDATES
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), best.params, last.params)
 
 
 def test_validation_schedule():
