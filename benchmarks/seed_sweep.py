@@ -3,8 +3,12 @@
 Trains all seeds in one vmapped program (PPO's update is vmappable), evaluates every seed's
 deterministic policy under the run's eval protocol (same env, seed and episodes as `hoverfly
 eval`) every `--eval-every` updates, and prints one JSON object: per evaluation the success rate
-of every seed, the count of seeds ≥ the threshold, and the final figures. `--set key=value`
-overrides any TrainConfig field (dotted path, JSON value), e.g. `--set ppo.clip_eps=0.2`.
+of every seed, the count of seeds ≥ the threshold, and the final figures. The preset's held-out
+validation (`TrainConfig.validation`) applies per seed as in `hoverfly train`: a seed whose
+validation reaches `stop_at` stops (its state is frozen), and one whose budget ends below its
+best validation ends on those parameters (`stopped_at_env_steps`, `final_params_from_env_steps`).
+`--set key=value` overrides any TrainConfig field (dotted path, JSON value), e.g. `--set
+ppo.clip_eps=0.2`; `--set validation.every=0` trains every seed to the end.
 
   python benchmarks/seed_sweep.py --preset gpu --seeds 10 --out seeds_gpu.json
 """

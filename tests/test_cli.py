@@ -21,7 +21,7 @@ UPDATES = 24
 TINY = (
     f"--ppo.total-timesteps {UPDATES * 64 * 32} --ppo.num-envs 64 --ppo.unroll-length 32 "
     "--ppo.network.critic-hidden 64 64 --checkpoint-every 4 "
-    "--eval.episodes 8"
+    "--eval.episodes 8 --validation.every 0"
 ).split()
 
 
