@@ -364,7 +364,7 @@ def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, ti
                     log(f"validation at update {u}: {format_summary(summary)}")
                     rate = summary["success_rate"]
                     stop = rate >= cfg.validation.stop_at
-                    if rate > best[0]:
+                    if rate >= best[0]:  # a tie goes to the later parameters
                         best = (rate, u)
                     elif u == total:  # the budget ends below the best validated policy
                         ckpt = load_checkpoint(checkpoint_path(run_dir, best[1]), ts.params)
