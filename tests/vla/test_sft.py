@@ -102,12 +102,14 @@ def test_training_reduces_loss_and_saves_norm_stats(data, tmp_path):
     kw = {"batch_size": 16, "lr": 2e-3, "warmup_steps": 5, "log_every": 5, "checkpoint_every": 20}
     first = train_sft(_cfg(data, tmp_path / "run", steps=1, **kw), progress=False)
     before = _fixed_loss(first, ds)
-    ckpt = train_sft(_cfg(data, tmp_path / "run", steps=60, **kw), progress=False)
-    assert ckpt == tmp_path / "run" / "checkpoints" / "step_00000060"
+    # 120 steps: after 60 the loss had dropped only ~9 % with today's wheels (2.17 → 1.97), 21 %
+    # after 120 (→ 1.71)
+    ckpt = train_sft(_cfg(data, tmp_path / "run", steps=120, **kw), progress=False)
+    assert ckpt == tmp_path / "run" / "checkpoints" / "step_00000120"
     after = _fixed_loss(ckpt, ds)
     assert after < 0.85 * before, (before, after)
     losses = [float(v) for v in _losses(tmp_path / "run").values()]
-    assert len(losses) == 13 and all(np.isfinite(losses))
+    assert len(losses) == 25 and all(np.isfinite(losses))
     with (tmp_path / "run" / "metrics.csv").open() as f:
         header = next(csv.reader(f))
     assert header == ["step", "loss", "lr", "grad_norm", "samples_per_s", "elapsed_s"]
@@ -122,9 +124,9 @@ def test_training_reduces_loss_and_saves_norm_stats(data, tmp_path):
     expected = compute_norm_stats(np.concatenate(states), np.concatenate(chunks))
     assert processor.stats == expected and processor.stats.action_representation == "absolute"
     state = load_train_state(ckpt)
-    assert state["step"] == 60 and "optimizer" in state and "numpy_rng" in state
+    assert state["step"] == 120 and "optimizer" in state and "numpy_rng" in state
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
-    assert names == ["step_00000040", "step_00000060"]  # keep_checkpoints = 2
+    assert names == ["step_00000100", "step_00000120"]  # keep_checkpoints = 2
 
 
 def test_resume_after_a_kill_matches_an_uninterrupted_run(data, tmp_path):
