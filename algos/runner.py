@@ -226,13 +226,19 @@ def _make_validation(cfg: TrainConfig, env, network):
     if not v.every:
         return None
     steps, settle = eval_steps(cfg.eval, env.dt)
+    run = _episodes(cfg.algo, network, env, v.episodes, steps)
+    return lambda params: summarize(run(params, jax.random.key(v.seed)), settle, cfg.eval.tolerance)
 
-    def run_episodes(params):
-        policy = make_run_policy(cfg.algo, network, params, deterministic=True)
-        return rollout(env, policy, jax.random.key(v.seed), v.episodes, steps)
 
-    run = jax.jit(run_episodes, compiler_options=env.compiler_options)
-    return lambda params: summarize(run(params), settle, cfg.eval.tolerance)
+def _episodes(algo: str, network, env, episodes: int, steps: int):
+    """Jitted run(params, key) -> `rollout` trajectories of the deterministic policy (the eval
+    protocol's episodes, for `evaluate_run` and the validations)."""
+
+    def run(params, key):
+        policy = make_run_policy(algo, network, params, deterministic=True)
+        return rollout(env, policy, key, episodes, steps)
+
+    return jax.jit(run, compiler_options=env.compiler_options)
 
 
 def _validate_run_fields(cfg: TrainConfig) -> None:
@@ -481,14 +487,9 @@ def evaluate_run(
     log = _Log(run_dir, console)
     steps, settle = eval_steps(cfg, run.env.dt)
 
-    def run_episodes(params, key):
-        policy = make_run_policy(run.config.algo, run.network, params, deterministic=True)
-        return rollout(run.env, policy, key, n, steps)
-
     cache_before, t0 = _cache_entries(), time.perf_counter()
-    traj = jax.jit(run_episodes, compiler_options=run.env.compiler_options)(
-        run.params, jax.random.key(cfg.seed)
-    )
+    run_episodes = _episodes(run.config.algo, run.network, run.env, n, steps)
+    traj = run_episodes(run.params, jax.random.key(cfg.seed))
     summary = summarize(traj, settle, cfg.tolerance)
     seconds = time.perf_counter() - t0
     sample = jax.device_get({k: v[:, :20] for k, v in traj.items()})
