@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from algos import ppo, sac
+from algos import apg, ppo, sac
 from algos.config_io import ConfigError, from_dict, to_dict
 from algos.presets import TrainConfig
 from algos.residual import (
@@ -342,6 +342,10 @@ def _float(s: str) -> float:
 
 
 # -- loading a run ----------------------------------------------------------------------------
+LEARNERS = {"ppo": ppo, "sac": sac, "apg": apg}
+"""The learner package of each `TrainConfig.algo`."""
+
+
 class Run(NamedTuple):
     """A trained run rebuilt from its folder alone.
 
@@ -364,8 +368,7 @@ class Run(NamedTuple):
 def make_env_and_network(cfg: TrainConfig) -> tuple[Env, ActorCritic | SACNetworks]:
     """The unbatched training env and the (untrained) network a config describes."""
     env = make_train_env(cfg)
-    learner = ppo if cfg.algo == "ppo" else sac
-    return env, learner.make_network(cfg.learner, env)
+    return env, LEARNERS[cfg.algo].make_network(cfg.learner, env)
 
 
 def make_train_env(cfg: TrainConfig) -> Env:
@@ -411,7 +414,8 @@ def make_run_policy(
     algo: str, network: ActorCritic | SACNetworks, params: Any, deterministic: bool = True
 ) -> Callable:
     """policy(obs [..., obs], key) -> (action [..., A] in [−1, 1], extras) of a run's learner:
-    PPO's clipped Gaussian mean, SAC's tanh(mean) (sampled ones with `deterministic=False`)."""
+    PPO's and APG's clipped Gaussian mean, SAC's tanh(mean) (sampled ones with
+    `deterministic=False`)."""
     if algo == "sac":
         return make_sac_policy(network, params, deterministic)
     return make_policy(network, params, deterministic)

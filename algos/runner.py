@@ -24,13 +24,13 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from algos import ppo, sac
 from algos.config_io import from_dict, to_dict
 from algos.evaluate import eval_steps, plot_trajectories, rollout, summarize
 from algos.presets import TrainConfig
 from algos.run_folder import (
     CONFIG,
     EVAL,
+    LEARNERS,
     METRICS,
     VALIDATION,
     Checkpoint,
@@ -160,7 +160,7 @@ def train(
     try:
         cfg.validate()
         _validate_run_fields(cfg)
-        learner = ppo if cfg.algo == "ppo" else sac
+        learner = LEARNERS[cfg.algo]
         env = make_train_env(cfg)
         trainer = learner.make_train(cfg.learner, env, cfg.env_config.episode_steps)
     except ValueError as e:

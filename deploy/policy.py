@@ -107,13 +107,13 @@ def load_policy(run_dir: Path) -> DensePolicy:
 
 def policy_from_run(run: Run) -> DensePolicy:
     cfg = run.config
-    if cfg.algo != "ppo":
+    if cfg.algo == "sac":
         raise RunError(
             f"{run.path}: exporting {cfg.algo} runs is not supported yet (its actor ends in "
-            "tanh, not a clip); export a PPO run"
+            "tanh, not a clip); export a PPO or APG run"
         )
     env_cfg = cfg.env
-    net = cfg.ppo.network
+    net = cfg.learner.network
     dense = run.params["actor"]["params"]
     names = sorted(dense, key=lambda n: int(n.rsplit("_", 1)[1]))
     weights = tuple(np.asarray(dense[n]["kernel"], np.float32) for n in names)
