@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from typing import Any, TypeVar
@@ -61,3 +62,22 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     ):
         raise ConfigError(f"{path}: expected {tp.__name__}, got {value!r}")
     return value
+
+
+def override(cfg: T, assignments: list[str]) -> T:
+    """`a.b.c=value` (value parsed as JSON, else kept as a string) applied to the dataclass `cfg`;
+    `ValueError` names an unknown field."""
+    doc = to_dict(cfg)
+    for item in assignments:
+        key, _, raw = item.partition("=")
+        *path, leaf = key.split(".")
+        node = doc
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            raise ValueError(f"unknown config field {key!r}")
+        try:
+            node[leaf] = json.loads(raw)
+        except ValueError:
+            node[leaf] = raw
+    return from_dict(type(cfg), doc)

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = ap.parse_args(argv)
 
-    preset = get_preset("quadrotor-hover", "cpu")
+    preset = get_preset("quadrotor-hover", "cpu", "ppo")
     ppo = dataclasses.replace(preset.ppo, total_timesteps=args.timesteps)
     episode_steps = preset.env.episode_steps
     eval_cfg = dataclasses.replace(preset.eval, episodes=args.episodes)

@@ -1,14 +1,15 @@
 """Success rate of a preset over many seeds at once: the "≥ 95 % for 9 of 10 seeds" check.
 
-Trains all seeds in one vmapped program (PPO's update is vmappable), evaluates every seed's
-deterministic policy under the run's eval protocol (same env, seed and episodes as `hoverfly
-eval`) every `--eval-every` updates, and prints one JSON object: per evaluation the success rate
-of every seed, the count of seeds ≥ the threshold, and the final figures. The preset's held-out
-validation (`TrainConfig.validation`) applies per seed as in `hoverfly train`: a seed whose
-validation reaches `stop_at` stops (its state is frozen), and one whose budget ends below its
-best validation ends on those parameters (`stopped_at_env_steps`, `final_params_from_env_steps`).
-`--set key=value` overrides any TrainConfig field (dotted path, JSON value), e.g. `--set
-ppo.clip_eps=0.2`; `--set validation.every=0` trains every seed to the end.
+Trains all seeds in one vmapped program (PPO's and APG's updates are vmappable; `--algo`),
+evaluates every seed's deterministic policy under the run's eval protocol (same env, seed and
+episodes as `hoverfly eval`) every `--eval-every` updates, and prints one JSON object: per
+evaluation the success rate of every seed, the count of seeds ≥ the threshold, and the final
+figures. The preset's held-out validation (`TrainConfig.validation`) applies per seed as in
+`hoverfly train`: a seed whose validation reaches `stop_at` stops (its state is frozen), and one
+whose budget ends below its best validation ends on those parameters (`stopped_at_env_steps`,
+`final_params_from_env_steps`). `--set key=value` overrides any TrainConfig field (dotted path,
+JSON value), e.g. `--set ppo.clip_eps=0.2`; `--set validation.every=0` trains every seed to the
+end.
 
   python benchmarks/seed_sweep.py --preset gpu --seeds 10 --out seeds_gpu.json
 """
@@ -24,37 +25,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import TrainConfig, get_preset
-from algos.config_io import from_dict, to_dict
+from algos.config_io import override, to_dict
 from algos.evaluate import episode_success, eval_steps, rollout
-from algos.ppo import make_train
+from algos.run_folder import LEARNERS
 from policies import make_policy
 from sim import make_env
 from sim.quadrotor.params import GRAVITY
-
-
-def override(cfg: TrainConfig, assignments: list[str]) -> TrainConfig:
-    """`a.b.c=value` (value parsed as JSON, else kept as a string) applied to `cfg`."""
-    doc = to_dict(cfg)
-    for item in assignments:
-        key, _, raw = item.partition("=")
-        *path, leaf = key.split(".")
-        node = doc
-        for part in path:
-            node = node[part]
-        if leaf not in node:
-            raise SystemExit(f"unknown config field {key!r}")
-        try:
-            node[leaf] = json.loads(raw)
-        except ValueError:
-            node[leaf] = raw
-    return from_dict(TrainConfig, doc)
 
 
 def sweep(
     cfg: TrainConfig, seeds: int, eval_every: int, threshold: float, first_seed: int = 0
 ) -> dict:
     env = make_env(cfg.task, cfg.env, cfg.randomization)
-    trainer = make_train(cfg.ppo, env, cfg.env.episode_steps)
+    trainer = LEARNERS[cfg.algo].make_train(cfg.learner, env, cfg.env.episode_steps)
     steps, settle = eval_steps(cfg.eval, env.dt)
 
     def outcome(params):
@@ -88,7 +71,7 @@ def sweep(
     ts = jax.jit(jax.vmap(trainer.init))(jax.vmap(jax.random.key)(first_seed + jnp.arange(seeds)))
     curve, stopped_at, restored = [], [None] * seeds, [None] * seeds
     stopped, best_rate, best_step = np.zeros(seeds, bool), np.full(seeds, -1.0), [0] * seeds
-    best_params, n_updates = ts.params, cfg.ppo.num_updates
+    best_params, n_updates = ts.params, cfg.learner.num_updates
     for i in range(n_updates):
         u, new_ts = i + 1, update(ts)[0]
         ts = freeze(jnp.asarray(stopped), new_ts, ts) if stopped.any() else new_ts
@@ -97,19 +80,19 @@ def sweep(
             improved = ~stopped & (rates > best_rate)
             best_params = freeze(jnp.asarray(~improved), ts.params, best_params)
             for s in np.flatnonzero(improved):
-                best_rate[s], best_step[s] = rates[s], u * cfg.ppo.batch_size
+                best_rate[s], best_step[s] = rates[s], u * cfg.steps_per_update
             if u == n_updates:  # as `hoverfly train`: a budget ending below the best keeps it
                 worse = ~stopped & ~improved
                 ts = ts.replace(params=freeze(jnp.asarray(worse), ts.params, best_params))
                 for s in np.flatnonzero(worse):
                     restored[s] = best_step[s]
             for s in np.flatnonzero(~stopped & (rates >= val.stop_at)):
-                stopped[s], stopped_at[s] = True, u * cfg.ppo.batch_size
+                stopped[s], stopped_at[s] = True, u * cfg.steps_per_update
         last = u == n_updates or stopped.all()
         if u % eval_every == 0 or last:
             rates = [round(float(r), 4) for r in evaluate(ts.params)]
             n_ok = sum(r >= threshold for r in rates)
-            curve.append({"env_steps": u * cfg.ppo.batch_size, "success": rates, "n_ok": n_ok})
+            curve.append({"env_steps": u * cfg.steps_per_update, "success": rates, "n_ok": n_ok})
         if last:
             break
     final = curve[-1]["success"]
@@ -153,6 +136,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="quadrotor-hover")
     p.add_argument("--preset", default="gpu")
+    p.add_argument("--algo", default="ppo", choices=["ppo", "apg"])
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed … +seeds-1")
     p.add_argument("--eval-every", type=int, default=100, help="updates between evaluations")
@@ -160,13 +144,14 @@ def main(argv=None) -> dict:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    cfg = override(get_preset(a.task, a.preset), a.set)
+    cfg = override(get_preset(a.task, a.preset, a.algo), a.set)
     result = {
         "benchmark": "seed_sweep",
         "backend": jax.default_backend(),
         "device": str(jax.devices()[0].device_kind),
         "task": a.task,
         "preset": a.preset,
+        "algo": a.algo,
         "overrides": a.set,
         **sweep(cfg, a.seeds, a.eval_every, a.threshold, a.first_seed),
     }

@@ -1,9 +1,9 @@
 """Time to a hover policy with ≥ 95 % eval success, wall clock including compilation.
 
-Trains the PPO preset for each seed, evaluates the deterministic policy with the run's eval
-protocol every `--eval-every` updates (evaluation time is excluded from the training clock and
-reported apart), and prints one JSON object: per seed the training seconds and env steps at the
-first evaluation that reaches the threshold (null if none), compile time, final success.
+Trains the preset of `--algo` (PPO or APG) for each seed, evaluates the deterministic policy with
+the run's eval protocol every `--eval-every` updates (evaluation time is excluded from the training
+clock and reported apart), and prints one JSON object: per seed the training seconds and env steps
+at the first evaluation that reaches the threshold (null if none), compile time, final success.
 Peer: the L2F paper's TD3 recipe, 26.8 s wall on our 2-core CPU (../shared/reference/crazyflie.md),
 quoted as a reference figure (RLtools is not packaged; it is not re-run here).
 
@@ -19,8 +19,9 @@ import time
 import jax
 
 from algos import get_preset
+from algos.config_io import override
 from algos.evaluate import eval_steps, rollout, summarize
-from algos.ppo import make_train
+from algos.run_folder import LEARNERS
 from policies import make_policy
 from sim import make_env
 
@@ -29,7 +30,7 @@ L2F_TD3_SECONDS = 26.8
 
 def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
     env = make_env(cfg.task, cfg.env, cfg.randomization)
-    trainer = make_train(cfg.ppo, env, cfg.env.episode_steps)
+    trainer = LEARNERS[cfg.algo].make_train(cfg.learner, env, cfg.env.episode_steps)
     steps, settle = eval_steps(cfg.eval, cfg.env.ctrl_dt)
 
     @jax.jit
@@ -44,16 +45,16 @@ def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
     jax.block_until_ready(ts)
     compile_s = time.perf_counter() - t0
     eval_s, reached, curve = 0.0, None, []
-    for i in range(1, cfg.ppo.num_updates):
+    for i in range(1, cfg.learner.num_updates):
         ts, _ = update(ts)
-        if (i + 1) % eval_every and i + 1 != cfg.ppo.num_updates:
+        if (i + 1) % eval_every and i + 1 != cfg.learner.num_updates:
             continue
         jax.block_until_ready(ts)
         t_eval = time.perf_counter()
         summary = summarize(evaluate(ts.params), settle, cfg.eval.tolerance)
         eval_s += time.perf_counter() - t_eval
         train_s = time.perf_counter() - t0 - eval_s
-        env_steps = (i + 1) * cfg.ppo.batch_size
+        env_steps = (i + 1) * cfg.steps_per_update
         curve.append([round(train_s, 2), env_steps, summary["success_rate"]])
         if reached is None and summary["success_rate"] >= threshold:
             reached = {"train_seconds": round(train_s, 2), "env_steps": env_steps}
@@ -63,7 +64,7 @@ def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
         "reached": reached,
         "final": summary,
         "eval_seconds": round(eval_s, 2),
-        "ms_per_update": round((train_s - compile_s) / (cfg.ppo.num_updates - 1) * 1e3, 2),
+        "ms_per_update": round((train_s - compile_s) / (cfg.learner.num_updates - 1) * 1e3, 2),
         "curve": curve,
     }
 
@@ -72,19 +73,20 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="quadrotor-hover")
     p.add_argument("--preset", default="cpu")
+    p.add_argument("--algo", default="ppo", choices=["ppo", "apg"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--eval-every", type=int, default=100, help="updates between evaluations")
     p.add_argument("--threshold", type=float, default=0.95)
-    p.add_argument("--total-timesteps", type=int, default=None, help="override the preset")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a TrainConfig field (dotted path, JSON value)",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    cfg = get_preset(a.task, a.preset)
-    if a.total_timesteps:
-        import dataclasses
-
-        cfg = dataclasses.replace(
-            cfg, ppo=dataclasses.replace(cfg.ppo, total_timesteps=a.total_timesteps)
-        )
+    cfg = override(get_preset(a.task, a.preset, a.algo), a.set)
     seeds = [run_seed(cfg, s, a.eval_every, a.threshold) for s in a.seeds]
     times = [s["reached"]["train_seconds"] for s in seeds if s["reached"]]
     result = {
@@ -93,6 +95,8 @@ def main(argv=None) -> dict:
         "device": str(jax.devices()[0].device_kind),
         "task": a.task,
         "preset": a.preset,
+        "algo": a.algo,
+        "overrides": a.set,
         "threshold": a.threshold,
         "seeds": seeds,
         "seeds_reached": len(times),

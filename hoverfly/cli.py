@@ -1,6 +1,6 @@
 """The `hoverfly` command: tyro subcommands, each a few lines calling `algos.runner`.
 
-  hoverfly train TASK --out RUN [--algo ppo|sac] [--preset cpu|gpu] [--seed 3] [--ppo.num-envs N]
+  hoverfly train TASK --out RUN [--algo apg|ppo|sac] [--preset cpu|gpu] [--seed 3] [--apg.horizon N]
   hoverfly eval RUN [--episodes N] [--json]
   hoverfly export RUN --format onnx [--precision fp32|fp16|int8|fp8] --out FILE [--force]
   hoverfly render RUN --out video.mp4 [--task arm-push] [--camera front wrist] [--episodes N]
@@ -13,8 +13,8 @@
   hoverfly vla residual --checkpoint SFT_RUN --out RUN [--ppo.total-timesteps N]   # frozen-VLA base
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
-line is parsed once to learn the task, the preset and the algo, then again with that preset (for
-that algo) as the default.
+line is parsed once to learn the task, the preset and the algo (default: apg on the quadrotor,
+ppo on the arms), then again with that preset (for that algo) as the default.
 Bad input (unknown task, bad run folder) exits with status 2 and one line on stderr.
 """
 
@@ -33,6 +33,7 @@ import tyro
 from tyro.constructors import ConstructorRegistry, StructConstructorSpec, StructTypeInfo
 
 from algos import PRESETS, TrainConfig, get_preset, runner
+from algos.presets import ALGOS
 from algos.run_folder import RunError
 from sim import TASKS
 from vla.collect import CollectConfig
@@ -41,6 +42,7 @@ from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
 
 Preset = Literal[tuple(sorted(PRESETS))]  # type: ignore[valid-type]
+ARM_SECTIONS = ("arm", "arm_randomization", "arm_perturbation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,16 +457,32 @@ def parse(argv: Sequence[str]) -> Train | Eval | Export | Render | FirmwareExpor
     except SystemExit:
         first = None
     if isinstance(first, Train):
-        default = _train_default(first.task, first.preset, first.config.algo)
-    return tyro.cli(_commands(default), args=argv, prog="hoverfly", registry=_REGISTRY)
+        named = any(a == "--algo" or a.startswith("--algo=") for a in argv)
+        default = _train_default(first.task, first.preset, first.config.algo if named else None)
+    cmd = tyro.cli(_commands(default), args=argv, prog="hoverfly", registry=_REGISTRY)
+    if isinstance(cmd, Train):
+        _check_unused_options(cmd.config, default.config)
+    return cmd
 
 
-def _train_default(task: str, preset: str, algo: str = "ppo") -> Train:
+def _train_default(task: str, preset: str, algo: str | None = None) -> Train:
     try:
         cfg = get_preset(task, preset, algo)
     except ValueError as e:
         raise RunError(str(e)) from None
     return Train(task=tyro.MISSING, out=tyro.MISSING, preset=preset, config=cfg)  # type: ignore
+
+
+def _check_unused_options(cfg: TrainConfig, default: TrainConfig) -> None:
+    """Refuses options of a section the run ignores (another learner's or family's), which would
+    otherwise be dropped silently (e.g. `--ppo.*` on an APG run)."""
+    ignored = cfg.unused_sections & {*ALGOS, "env", "randomization", *ARM_SECTIONS}
+    changed = sorted(name for name in ignored if getattr(cfg, name) != getattr(default, name))
+    if changed:
+        raise RunError(
+            f"options {', '.join(f'--{n}.*' for n in changed)} are ignored by a run of {cfg.task} "
+            f"with algo {cfg.algo}; drop them, or choose the learner or task they belong to"
+        )
 
 
 def _commands(train_default: Train) -> type:

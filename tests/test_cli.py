@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from algos import PRESETS, get_preset
-from algos.run_folder import latest_checkpoint, read_metrics
+from algos.run_folder import RunError, latest_checkpoint, read_metrics
 from hoverfly import cli
 
 UPDATES = 24
 TINY = (
-    f"--ppo.total-timesteps {UPDATES * 64 * 32} --ppo.num-envs 64 --ppo.unroll-length 32 "
+    f"--algo ppo --ppo.total-timesteps {UPDATES * 64 * 32} --ppo.num-envs 64 --ppo.unroll-length 32 "
     "--ppo.network.critic-hidden 64 64 --checkpoint-every 4 "
     "--eval.episodes 8 --validation.every 0"
 ).split()
@@ -95,6 +95,8 @@ def test_overrides_build_the_train_config_on_the_preset():
             "r",
             "--seed",
             "3",
+            "--algo",
+            "ppo",
             "--ppo.total-timesteps",
             "1000",
             "--env.reward.alive",
@@ -106,7 +108,8 @@ def test_overrides_build_the_train_config_on_the_preset():
     assert cmd.config.env.reward.alive == 1.5
     assert cmd.config.ppo.num_envs == PRESETS["cpu"].ppo.num_envs
     gpu = cli.parse(["train", "quadrotor-hover", "--preset", "gpu", "--out", "r"])
-    assert gpu.config.ppo == PRESETS["gpu"].ppo and gpu.preset == "gpu"
+    assert gpu.config == get_preset("quadrotor-hover", "gpu") and gpu.preset == "gpu"
+    assert gpu.config.algo == "apg"
     ev = cli.parse(["eval", "r", "--episodes", "5", "--json"])
     assert isinstance(ev, cli.Eval) and ev.episodes == 5 and ev.json
     with pytest.raises(SystemExit):  # the task is the positional argument only
@@ -122,9 +125,21 @@ def test_algo_sac_takes_the_sac_preset_and_its_options():
     assert cmd.config.sac.utd_ratio == want.sac.utd_ratio and cmd.config.env == want.env
     gpu = cli.parse(["train", "quadrotor-hover", "--preset", "gpu", "--algo", "sac", "--out", "r"])
     assert gpu.config == get_preset("quadrotor-hover", "gpu", "sac")
-    assert cli.parse(["train", "quadrotor-hover", "--out", "r"]).config.algo == "ppo"
     with pytest.raises(SystemExit):
         cli.parse(["train", "quadrotor-hover", "--algo", "td3", "--out", "r"])
+
+
+def test_default_learner_per_family_and_options_of_an_unused_section_are_refused():
+    hover = cli.parse(["train", "quadrotor-hover", "--out", "r", "--apg.horizon", "50"])
+    assert hover.config.algo == "apg" and hover.config.apg.horizon == 50
+    assert hover.config.validation == get_preset("quadrotor-hover").validation
+    assert cli.parse(["train", "arm-reach", "--out", "r"]).config.algo == "ppo"
+    with pytest.raises(RunError, match=r"--ppo\.\* are ignored by a run of quadrotor-hover"):
+        cli.parse(["train", "quadrotor-hover", "--out", "r", "--ppo.num-envs", "8"])
+    with pytest.raises(RunError, match=r"--env\.\* are ignored by a run of arm-reach"):
+        cli.parse(["train", "arm-reach", "--out", "r", "--env.substeps", "2"])
+    with pytest.raises(RunError, match="apg has no preset for arm-reach"):
+        cli.parse(["train", "arm-reach", "--out", "r", "--algo", "apg"])
 
 
 def test_unknown_task_subprocess(tmp_path):

@@ -14,7 +14,7 @@ class APGConfig:
 
     total_timesteps: int = 10_240_000
     """Environment steps over the whole run."""
-    num_envs: int = 256
+    num_envs: int = 128
     """Parallel environments."""
     horizon: int = 100
     """Steps per environment per update, differentiated through (truncated BPTT window)."""

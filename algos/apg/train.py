@@ -71,7 +71,9 @@ def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
             return (nxt, live), out
 
         (last, _), traj = jax.lax.scan(
-            step, (state, jnp.ones(cfg.num_envs)), jax.random.split(key, cfg.horizon)
+            step,
+            (state, jnp.ones(cfg.num_envs)),
+            jax.random.split(key, cfg.horizon),
         )
         reward, alive = traj[0], traj[4]
         return -jnp.mean(jnp.where(alive > 0, reward, 0.0)), (stop(last), stop(traj))

@@ -26,7 +26,7 @@ TIMESTEPS = 8_000_000
 
 @pytest.mark.slow
 def test_ppo_learns_to_hover():
-    cfg = get_preset("quadrotor-hover", "cpu")
+    cfg = get_preset("quadrotor-hover", "cpu", "ppo")
     net = dataclasses.replace(cfg.ppo.network, critic_hidden=(64, 64))
     ppo = dataclasses.replace(cfg.ppo, total_timesteps=TIMESTEPS, network=net)
     cfg = dataclasses.replace(cfg, ppo=ppo)

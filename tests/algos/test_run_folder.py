@@ -33,7 +33,7 @@ from policies import NetworkConfig
 
 
 def _cfg(**ppo):
-    cfg = get_preset("quadrotor-hover", "cpu")
+    cfg = get_preset("quadrotor-hover", "cpu", "ppo")
     return dataclasses.replace(
         cfg, ppo=dataclasses.replace(cfg.ppo, total_timesteps=16384, num_envs=64, **ppo)
     )

@@ -32,7 +32,7 @@ UPDATES = 24
 def tiny_config(**overrides) -> TrainConfig:
     """24 updates of 64 envs × 32 steps, no validation unless asked; shared by every test so
     that compiles are reused."""
-    cfg = get_preset("quadrotor-hover", "cpu")
+    cfg = get_preset("quadrotor-hover", "cpu", "ppo")
     net = dataclasses.replace(cfg.ppo.network, critic_hidden=(64, 64))
     ppo = dataclasses.replace(
         cfg.ppo, total_timesteps=UPDATES * 64 * 32, num_envs=64, unroll_length=32, network=net

@@ -24,5 +24,5 @@ def bench():
 
 
 def test_unknown_override_is_refused(bench):
-    with pytest.raises(SystemExit, match="ppo.nope"):
-        bench.override(bench.get_preset("quadrotor-hover", "cpu"), ["ppo.nope=1"])
+    with pytest.raises(ValueError, match="ppo.nope"):
+        bench.override(bench.get_preset("quadrotor-hover", "cpu", "ppo"), ["ppo.nope=1"])
