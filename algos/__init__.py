@@ -1,4 +1,4 @@
-"""Learners (ppo/, sac/, residual/), presets, evaluation and the run folder."""
+"""Learners (apg/, ppo/, sac/, residual/), presets, evaluation and the run folder."""
 
 import os
 

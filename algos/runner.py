@@ -184,13 +184,12 @@ def train(
     for name in (METRICS, VALIDATION):
         trim_metrics(run_dir, ckpt.update if ckpt else 0, name)
     cache_before, t_start = _cache_entries(), time.perf_counter()
-    validate = _make_validation(cfg, env, trainer.network)
     ts = _start_state(init, cfg, ckpt, cfg_hash, log)
     timing = (t_start, time.perf_counter() - t_start, cache_before)
     end = total if stop_after is None else min(total, int(ts.update) + stop_after)
     ts = _loop(
         _jit_update(trainer.update, opts),
-        validate,
+        lambda: _make_validation(cfg, env, trainer.network),
         cfg,
         run_dir,
         ts,
@@ -232,8 +231,8 @@ def _make_validation(cfg: TrainConfig, env, network):
     steps, settle = eval_steps(cfg.eval, env.dt)
     key = jax.random.key(v.seed)
     run = _episodes(cfg.algo, network, env, v.episodes, steps)
-    # Compiled on a second thread while training starts (the first validation would otherwise
-    # wait ~3 s for it on the CPU, a sixth of a quadrotor APG run).
+    # Compiled on a second thread while training runs (the first validation would otherwise wait
+    # ~3 s for it on the CPU, a sixth of a quadrotor APG run).
     like = jax.eval_shape(network.init, key)
     pool = concurrent.futures.ThreadPoolExecutor(1)
     compiled = pool.submit(lambda: run.lower(like, key).compile())
@@ -322,10 +321,10 @@ def _jit_update(update_fn, compiler_options: dict):
     )
 
 
-def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
+def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
     """Runs the jitted `update_fn` until `end`; one metrics row per update, checkpoints every
-    few. Validations (`validate`, None: off) where `cfg.validation` has them due and at the last
-    update: an early end (with a checkpoint) once one reaches `cfg.validation.stop_at`; the best
+    few. Validations (`make_validate()`, called after the first update so that its compilation
+    overlaps training; None: off) where `cfg.validation` has them due and at the last update: an early end (with a checkpoint) once one reaches `cfg.validation.stop_at`; the best
     validated checkpoint is kept, and if the budget ends below it, the final checkpoint holds its
     parameters."""
     batch, total, start = cfg.steps_per_update, cfg.learner.num_updates, int(ts.update)
@@ -354,7 +353,7 @@ def _loop(update_fn, validate, cfg, run_dir, ts, end, cfg_hash, log, console, ti
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 now = time.perf_counter()
                 if t_first is None:
-                    t_first = now
+                    t_first, validate = now, make_validate()
                     log(
                         f"time to first update {now - t_start:.1f} s (init {t_init:.1f} s; "
                         f"{_cache_report(cache_before)})"
