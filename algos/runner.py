@@ -324,7 +324,8 @@ def _jit_update(update_fn, compiler_options: dict):
 def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, console, timing):
     """Runs the jitted `update_fn` until `end`; one metrics row per update, checkpoints every
     few. Validations (`make_validate()`, called after the first update so that its compilation
-    overlaps training; None: off) where `cfg.validation` has them due and at the last update: an early end (with a checkpoint) once one reaches `cfg.validation.stop_at`; the best
+    overlaps training; None: off) where `cfg.validation` has them due and at the last update:
+    an early end (with a checkpoint) once one reaches `cfg.validation.stop_at`; the best
     validated checkpoint is kept, and if the budget ends below it, the final checkpoint holds its
     parameters."""
     batch, total, start = cfg.steps_per_update, cfg.learner.num_updates, int(ts.update)
