@@ -19,8 +19,8 @@ from hoverfly import cli
 
 UPDATES = 24
 TINY = (
-    f"--algo ppo --ppo.total-timesteps {UPDATES * 64 * 32} --ppo.num-envs 64 --ppo.unroll-length 32 "
-    "--ppo.network.critic-hidden 64 64 --checkpoint-every 4 "
+    f"--algo ppo --ppo.total-timesteps {UPDATES * 64 * 32} --ppo.num-envs 64 "
+    "--ppo.unroll-length 32 --ppo.network.critic-hidden 64 64 --checkpoint-every 4 "
     "--eval.episodes 8 --validation.every 0"
 ).split()
 
