@@ -117,7 +117,7 @@ def test_apg_learns_to_hover_precisely():
     assert result["success_rate"] >= 0.85, result
 
 
-def test_run_folder_eval_and_export(tmp_path):
+def test_run_folder_resume_eval_and_export(tmp_path):
     cfg = get_preset("quadrotor-hover", "cpu", "apg")
     cfg = dataclasses.replace(
         cfg,
@@ -127,7 +127,9 @@ def test_run_folder_eval_and_export(tmp_path):
         eval=dataclasses.replace(cfg.eval, episodes=8),
     )
     run = tmp_path / "run"
-    result = runner.train(cfg, run, console=Console(file=io.StringIO()))
+    first = runner.train(cfg, run, stop_after=2, console=Console(file=io.StringIO()))
+    assert (first.update, first.eval) == (2, None)
+    result = runner.train(cfg, run, console=Console(file=io.StringIO()))  # resumes at update 2
     assert (result.update, result.total) == (4, 4) and result.eval["episodes"] == 8
     rows = read_metrics(run)
     assert [int(r["update"]) for r in rows] == [1, 2, 3, 4] and "grad_norm" in rows[0]
