@@ -129,6 +129,20 @@ def test_algo_sac_takes_the_sac_preset_and_its_options():
         cli.parse(["train", "quadrotor-hover", "--algo", "td3", "--out", "r"])
 
 
+def test_default_quadrotor_run_is_apg_and_evaluates(tmp_path):
+    """The README main job's path (default learner, run folder, eval --json) on a tiny budget."""
+    run = tmp_path / "run"
+    tiny = ["--apg.total-timesteps", "25600", "--validation.every", "0", "--eval.episodes", "8"]
+    proc = hoverfly("train", "quadrotor-hover", "--out", run, *tiny)
+    assert proc.returncode == 0, proc.stderr
+    assert "quadrotor-hover · apg · 2 updates × 12,800 env steps" in proc.stderr
+    doc = json.loads((run / "config.json").read_text())
+    assert doc["config"]["algo"] == "apg" and "ppo" not in doc["config"]
+    proc = hoverfly("eval", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["episodes"] == 8
+
+
 def test_default_learner_per_family_and_options_of_an_unused_section_are_refused():
     hover = cli.parse(["train", "quadrotor-hover", "--out", "r", "--apg.horizon", "50"])
     assert hover.config.algo == "apg" and hover.config.apg.horizon == 50
