@@ -13,7 +13,7 @@ def default_xla_flag(name: str, value: str) -> None:
 
 # On a GPU, PPO's update is thousands of small kernels (32 minibatch steps and a 16-step rollout
 # whose auto-reset is a while loop): XLA command buffers (CUDA graphs) over loops and conditionals
-# too took the H200 preset from 14.7 to 10.1 ms per update (README, "Training"). Set before JAX
+# too took the H200 preset from 14.7 to 10.1 ms per update (README, "PPO"). Set before JAX
 # starts its backend; an XLA_FLAGS that already names the option wins. Ignored on the CPU.
 default_xla_flag(
     "xla_gpu_enable_command_buffer", "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"

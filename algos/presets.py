@@ -150,7 +150,7 @@ class TrainConfig:
 
 # One PPO recipe; the presets differ in budget only. Sample efficiency was best with many small
 # updates (2048 envs × 16 steps) rather than large batches; a 128-128 actor with 8 minibatches took
-# the seeds ≥ 95 % from 2-3 of 10 to 36 of 40 (README, "Training").
+# the seeds ≥ 95 % from 2-3 of 10 to 36 of 40 (README, "PPO").
 _PPO = PPOConfig(
     num_envs=2048,
     unroll_length=16,
@@ -163,7 +163,7 @@ _PPO = PPOConfig(
 # Seeds reach ≥ 95 % between ~9 M and ~21 M steps and some decline afterwards (20-seed sweeps:
 # every seed touched 95 %, 17 of 20 ended there), so the runs validate on held-out episodes every
 # 40 updates (1.3 M steps) from update 280 (9.2 M), stop at 96 % and otherwise end on the best
-# validated parameters: 57 of 60 seeds ≥ 95 % on the H200, against 53 of 60 (README, "Training").
+# validated parameters: 57 of 60 seeds ≥ 95 % on the H200, against 53 of 60 (README, "PPO").
 _QUAD = TrainConfig(
     ppo=dataclasses.replace(_PPO, total_timesteps=26_000_000),
     validation=ValidationConfig(every=40, start=280, stop_at=0.96),
@@ -195,10 +195,11 @@ SAC_PRESETS: dict[str, TrainConfig] = {
 
 
 # Analytic policy gradients (quadrotor only). CPU: 128 envs × 100-step windows at lr 3e-3 reached
-# 95 % in the fewest seconds of four batch sizes; 20 seeds on the H200 (same recipe): 19 ≥ 95 %,
-# stopped after 2.6–4.5 M steps. GPU: 4096 envs at lr 1e-2, 20 of 20 seeds ≥ 95 % after 41–82 M
-# steps (100–200 updates; an H200 update is latency-bound at ~36 ms whatever the batch). Both
-# validate on held-out episodes and stop at 96 % (README, "Training").
+# 95 % soonest of the batch sizes and windows tried; 10 of 10 CPU seeds and 19 of 20 on the H200
+# end ≥ 95 %, stopped after 2.6–4.5 M steps. GPU: 4096 envs at lr 1e-2, 20 of 20 seeds ≥ 95 %
+# after 41–82 M steps (100–200 updates; an H200 update is latency-bound at ~36 ms whatever the
+# batch). Both validate on held-out episodes and stop at 96 % (README, "Training on the
+# quadrotor").
 APG_PRESETS: dict[str, TrainConfig] = {
     "cpu": dataclasses.replace(
         _QUAD,

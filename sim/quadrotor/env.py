@@ -46,7 +46,7 @@ class RewardConfig:
 
     The L2F paper uses w_p 5 → 40, w_q 5, w_v 0.01 → 1, w_a 0.01 → 1, no termination penalty; with
     PPO those weights make early episodes score below 0 (termination preferred) and yaw (weakly
-    actuated) dominate, so the defaults here are PPO's tuned weights (README, "Training").
+    actuated) dominate, so the defaults here are PPO's tuned weights (README, "PPO").
     """
 
     position: float = 2.0

@@ -96,7 +96,8 @@ def test_window_end_resets_the_finished_envs_and_keeps_their_statistics():
 @pytest.mark.slow
 def test_apg_learns_to_hover_precisely():
     """The CPU preset's recipe, 320 updates (4.1 M env steps, ~15 s of training here), no
-    validation: seed 0 reached 95.6 % validation success at update 300 (README, "Training").
+    validation: seed 0 reached 95.6 % validation success at update 300 (its run folder stops at
+    update 325 with 97.6 %).
     An untrained policy has 0 %; the threshold fails for a learner that does not learn to hold
     the target within 0.1 m."""
     cfg = get_preset("quadrotor-hover", "cpu", "apg")
