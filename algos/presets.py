@@ -68,7 +68,7 @@ class TrainConfig:
     task: str = "quadrotor-hover"
     """Registered task name."""
     algo: Algo = "ppo"
-    """Learner; its settings are the field of that name (the other one is ignored)."""
+    """Learner; its settings are the field of that name (the others are ignored)."""
     seed: int = 0
     """Seed of the single PRNG key the run starts from."""
     env: QuadrotorConfig = QuadrotorConfig()
