@@ -145,7 +145,7 @@ class TrainConfig:
     @property
     def steps_per_update(self) -> int:
         """Environment steps per update of the selected learner."""
-        return self.ppo.batch_size if self.algo == "ppo" else self.learner.steps_per_update
+        return self.learner.steps_per_update
 
 
 # One PPO recipe; the presets differ in budget only. Sample efficiency was best with many small

@@ -15,25 +15,16 @@ network, env); the network is PPO's actor-critic, so evaluation and export treat
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import optax
 
 from algos.apg.config import APGConfig
-from algos.ppo.train import Trainer, TrainState
-from policies import ActorCritic, make_actor_critic, update_normalizer
+from algos.ppo.train import Trainer, TrainState, make_network
+from policies import update_normalizer
 from sim import Env, EpisodeWrapper, State, VmapWrapper
-
-
-def make_network(cfg: APGConfig, env: Env) -> ActorCritic:
-    sizes = env.observation_size
-    return make_actor_critic(
-        cfg.network,
-        sizes["state"][0],
-        sizes["privileged_state"][0],
-        env.action_size,
-        action_bias=env.default_action,
-    )
 
 
 def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
@@ -67,16 +58,17 @@ def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
             ns = inner.step(s, action)
             live = alive * (1.0 - ns.done)
             nxt = jax.tree.map(lambda new, old: _where(live > 0, new, stop(old)), ns, s)
-            out = (ns.reward, ns.metrics, ns.info["truncation"], ns.done, alive, s.obs["state"])
-            return (nxt, live), out
+            obs = s.obs["state"]
+            return (nxt, live), Window(
+                ns.reward, ns.metrics, ns.info["truncation"], ns.done, alive, obs
+            )
 
-        (last, _), traj = jax.lax.scan(
+        (last, _), window = jax.lax.scan(
             step,
             (state, jnp.ones(cfg.num_envs)),
             jax.random.split(key, cfg.horizon),
         )
-        reward, alive = traj[0], traj[4]
-        return -jnp.mean(jnp.where(alive > 0, reward, 0.0)), (stop(last), stop(traj))
+        return -jnp.mean(_alive_rewards(window)), (stop(last), stop(window))
 
     def update(ts: TrainState) -> tuple[TrainState, dict]:
         key, key_roll, key_reset = jax.random.split(ts.key, 3)
@@ -85,33 +77,46 @@ def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
             info={**ts.env_state.info, "progress": jnp.full((cfg.num_envs,), progress)}
         )
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (loss, (last, traj)), grads = grad_fn(ts.params["actor"], ts.params, env_state, key_roll)
-        # A window that reached a non-finite state gives non-finite gradients: skip it.
+        (loss, (last, window)), grads = grad_fn(ts.params["actor"], ts.params, env_state, key_roll)
+        # A window that reached a non-finite state gives non-finite gradients: skip it (by hand:
+        # optax.apply_if_finite gives other float bits, and the committed runs would not reproduce).
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
         updates, opt_state = tx.update(
             jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads), ts.opt_state
         )
         keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-        actor = jax.tree.map(lambda p, u: keep(p + u, p), ts.params["actor"], updates)
+        opt_state = jax.tree.map(keep, opt_state, ts.opt_state)
         params = {
             **ts.params,
-            "actor": actor,
-            "obs_norm": update_normalizer(ts.params["obs_norm"], traj[5]),
+            "actor": jax.tree.map(lambda p, u: keep(p + u, p), ts.params["actor"], updates),
+            "obs_norm": update_normalizer(ts.params["obs_norm"], window.obs),
         }
-        env_state, metrics = _end_window(inner, last, traj, key_reset)
+        env_state, metrics = _end_window(inner, last, window, key_reset)
         metrics.update(
             loss=loss,
             grad_norm=optax.global_norm(grads),
             skipped=1.0 - finite.astype(jnp.float32),
             progress=progress,
         )
-        opt_state = jax.tree.map(keep, opt_state, ts.opt_state)
         return TrainState(params, opt_state, env_state, key, ts.update + 1), metrics
 
     def train(key: jax.Array) -> tuple[TrainState, dict]:
         return jax.lax.scan(lambda ts, _: update(ts), init(key), None, n_updates)
 
     return Trainer(init, update, train, ac, env)
+
+
+class Window(NamedTuple):
+    """Per-step records [H, B] of one update's window."""
+
+    reward: jax.Array
+    metrics: dict[str, jax.Array]
+    truncation: jax.Array
+    done: jax.Array
+    alive: jax.Array
+    """1 while the episode that was running at the window's start goes on (before the step)."""
+    obs: jax.Array
+    """The actor observations the actions were computed from, [H, B, obs]."""
 
 
 _EPISODE_INFO = ("episode_return", "episode_length")
@@ -127,13 +132,19 @@ def _where(cond: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.where(jnp.reshape(cond, (-1,) + (1,) * (a.ndim - 1)), a, b)
 
 
-def _end_window(inner: Env, last: State, traj, key: jax.Array) -> tuple[State, dict]:
+def _alive_rewards(w: Window) -> jax.Array:
+    """[H, B] rewards of the steps taken while alive (0 after an episode's end)."""
+    return jnp.where(w.alive > 0, w.reward, 0.0)
+
+
+def _end_window(inner: Env, last: State, w: Window, key: jax.Array) -> tuple[State, dict]:
     """Resets the envs whose episode ended in the window; metrics as PPO's `_rollout_metrics`
     (means over the steps alive, episode statistics over the episodes that ended)."""
-    reward, metrics, truncation, done, alive = traj[:5]
-    ended_at = alive * done  # [H, B]: 1 on an episode's last step
+    alive = w.alive
+    ended_at = alive * w.done  # [H, B]: 1 on an episode's last step
     ended = ended_at.sum(0)
-    ret = last.info["episode_return"] + jnp.sum(jnp.where(alive > 0, reward, 0.0), 0)
+    rewards = _alive_rewards(w)
+    ret = last.info["episode_return"] + rewards.sum(0)
     length = last.info["episode_length"] + alive.sum(0)
     fresh = inner.reset(jax.random.split(key, ended.shape[0]))
     fresh_info = {**fresh.info, "progress": last.info["progress"]}
@@ -148,10 +159,10 @@ def _end_window(inner: Env, last: State, traj, key: jax.Array) -> tuple[State, d
         "episode_length": jnp.where(ended > 0, 0.0, length),
     }
     n_alive, count = jnp.maximum(alive.sum(), 1.0), jnp.maximum(ended.sum(), 1.0)
-    out = {k: jnp.sum(v * alive) / n_alive for k, v in metrics.items()}
-    out["reward"] = jnp.sum(jnp.where(alive > 0, reward, 0.0)) / n_alive
+    out = {k: jnp.sum(v * alive) / n_alive for k, v in w.metrics.items()}
+    out["reward"] = rewards.sum() / n_alive
     out["episode/return"] = jnp.sum(ret * ended) / count
     out["episode/length"] = jnp.sum(length * ended) / count
     out["episode/count"] = ended.sum()
-    out["episode/termination_rate"] = jnp.sum(ended_at * (1.0 - truncation)) / count
+    out["episode/termination_rate"] = jnp.sum(ended_at * (1.0 - w.truncation)) / count
     return state.replace(info=info), out

@@ -46,6 +46,10 @@ class PPOConfig:
         return self.num_envs * self.unroll_length
 
     @property
+    def steps_per_update(self) -> int:
+        return self.batch_size
+
+    @property
     def num_updates(self) -> int:
         return max(1, self.total_timesteps // self.batch_size)
 
