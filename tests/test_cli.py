@@ -132,10 +132,10 @@ def test_algo_sac_takes_the_sac_preset_and_its_options():
 def test_default_quadrotor_run_is_apg_and_evaluates(tmp_path):
     """The README main job's path (default learner, run folder, eval --json) on a tiny budget."""
     run = tmp_path / "run"
-    tiny = ["--apg.total-timesteps", "25600", "--validation.every", "0", "--eval.episodes", "8"]
+    tiny = ["--apg.total-timesteps", "6400", "--validation.every", "0", "--eval.episodes", "8"]
     proc = hoverfly("train", "quadrotor-hover", "--out", run, *tiny)
     assert proc.returncode == 0, proc.stderr
-    assert "quadrotor-hover · apg · 2 updates × 12,800 env steps" in proc.stderr
+    assert "quadrotor-hover · apg · 2 updates × 3,200 env steps" in proc.stderr
     doc = json.loads((run / "config.json").read_text())
     assert doc["config"]["algo"] == "apg" and "ppo" not in doc["config"]
     proc = hoverfly("eval", run, "--json")
