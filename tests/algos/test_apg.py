@@ -65,32 +65,41 @@ def test_update_moves_the_actor_only_with_finite_gradients():
     for name in ("critic", "log_std"):
         same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), ts.params[name], ts2.params[name])
         assert all(jax.tree.leaves(same)), name
-    # the window advanced every env by the horizon (no episode ends in 8 steps from these starts
-    # except by termination, which resets the env: steps back to 0)
+    # the first update drew every env's initial state and advanced it by the horizon; an env
+    # whose episode ended (terminated: no truncation in 8 steps) is marked for the next reset
+    done = np.asarray(ts2.env_state.done) > 0
     steps = np.asarray(ts2.env_state.info["steps"])
-    assert set(np.unique(steps)) <= {0, 8}
+    assert np.all(steps[~done] == 8) and np.all(steps[done] < 8)
 
 
-def test_window_end_resets_the_finished_envs_and_keeps_their_statistics():
-    """A 0.3 m box: starts up to 0.5 m off the target terminate on their first step. Those envs
-    are reset (step counter 0, fresh state), the others run on; the logged episode statistics
-    are the ended episodes' lengths."""
+def test_ended_episodes_keep_their_statistics_and_are_reset_by_the_next_update():
+    """A 0.3 m box: starts up to 0.5 m off the target terminate on their first steps. Those envs
+    are marked `done` at the window's end (the logged episode statistics are theirs) and start
+    fresh episodes in the next update; the others run on."""
     env = make_env("quadrotor-hover", QuadrotorConfig(termination_distance=0.3))
     trainer = make_train(small(horizon=4), env, 500)
+    update = jax.jit(trainer.update)
     ts = jax.jit(trainer.init)(jax.random.key(1))
-    pos0 = np.asarray(jnp.stack(ts.env_state.data.rigid.pos, -1))
-    ts2, m = jax.jit(trainer.update)(ts)
-    steps = np.asarray(ts2.env_state.info["steps"])
-    ended = steps == 0
-    assert 0 < ended.sum() < 16 and set(np.unique(steps)) == {0, 4}
+    assert np.all(np.asarray(ts.env_state.done) == 1)  # placeholders: the first update resets
+    ts1, m = update(ts)
+    ended = np.asarray(ts1.env_state.done) > 0
+    steps1 = np.asarray(ts1.env_state.info["steps"])
+    assert 0 < ended.sum() < 16 and np.all(steps1[~ended] == 4) and np.all(steps1[ended] < 4)
     assert float(m["episode/count"]) == ended.sum()
     assert float(m["episode/termination_rate"]) == 1.0
     assert 1.0 <= float(m["episode/length"]) <= 4.0
-    length = np.asarray(ts2.env_state.info["episode_length"])
+    length = np.asarray(ts1.env_state.info["episode_length"])
     assert np.all(length[ended] == 0) and np.all(length[~ended] == 4)
-    pos1 = np.asarray(jnp.stack(ts2.env_state.data.rigid.pos, -1))
+    pos1 = np.asarray(jnp.stack(ts1.env_state.data.rigid.pos, -1))
     assert np.all(np.abs(pos1[~ended]) <= 0.3)
-    assert not np.allclose(pos1[ended], pos0[ended])
+    ts2, _ = update(ts1)
+    # an env that ran on through the second window counts 8 steps, a reset one 4
+    ran = np.asarray(ts2.env_state.done) == 0
+    steps2 = np.asarray(ts2.env_state.info["steps"])
+    assert np.all(steps2[ran & ~ended] == 8) and np.all(steps2[ran & ended] == 4)
+    assert (ran & ended).any()
+    pos2 = np.asarray(jnp.stack(ts2.env_state.data.rigid.pos, -1))
+    assert not np.allclose(pos2[ran & ended], pos1[ran & ended])
 
 
 @pytest.mark.slow
