@@ -1,5 +1,6 @@
 """Residual RL on the quadrotor under heavy randomization (issue 4): the cascaded base controller
-alone, PPO's residual on top of it, and PPO from scratch, at equal env samples.
+alone, a residual on top of it, and a policy from scratch, at equal env samples; both trained by
+`--algo` (PPO's or APG's CPU preset, its budget set by `--timesteps`).
 
 Heavy randomization (`sim.quadrotor.HEAVY` and `heavy_disturbances`): mass +30 %, motor time
 constants ×2 (each drawn ±10 % around the shifted value), disturbances ×3; `quadrotor-hover`'s
@@ -10,6 +11,7 @@ on the same episodes. Prints and writes (`--out`) one JSON object.
 
   python benchmarks/residual_quadrotor.py --timesteps 4000000 --out results.json   # CPU, minutes
   python benchmarks/residual_quadrotor.py --timesteps 26000000                     # the full budget
+  python benchmarks/residual_quadrotor.py --algo apg --timesteps 3200000            # APG
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ import jax
 
 from algos import EvalConfig, get_preset
 from algos.evaluate import eval_steps, rollout, summarize
-from algos.ppo import make_train
 from algos.residual import ResidualConfig, ResidualScale, zero_policy
-from algos.run_folder import make_train_env
+from algos.run_folder import LEARNERS, make_train_env
 from policies import make_policy
 from sim import Env
 from sim.quadrotor import HEAVY, ControllerConfig, heavy_disturbances
@@ -41,23 +42,23 @@ def evaluate(env: Env, policy_fn, cfg: EvalConfig) -> dict:
     return summarize(run(jax.random.key(cfg.seed)), settle, cfg.tolerance)
 
 
-def train_ppo(env: Env, ppo, episode_steps: int, seed: int) -> tuple[dict, dict]:
-    """Trains PPO on `env`; returns (deterministic policy params bundle, timing)."""
-    trainer = make_train(ppo, env, episode_steps)
+def train(algo: str, learner, env: Env, episode_steps: int, seed: int) -> tuple[dict, dict]:
+    """Trains `learner` (a PPO or APG config) on `env`; returns (deterministic policy, timing)."""
+    trainer = LEARNERS[algo].make_train(learner, env, episode_steps)
     t0 = time.perf_counter()
     ts = jax.jit(trainer.init)(jax.random.key(seed))
     update = jax.jit(trainer.update, donate_argnums=0)
     ts, metrics = update(ts)
     jax.block_until_ready(ts)
     t1 = time.perf_counter()
-    for _ in range(ppo.num_updates - 1):
+    for _ in range(learner.num_updates - 1):
         ts, metrics = update(ts)
     jax.block_until_ready(ts)
     t2 = time.perf_counter()
     timing = {
         "compile_and_first_update_s": t1 - t0,
         "train_s": t2 - t0,
-        "env_steps": ppo.num_updates * ppo.batch_size,
+        "env_steps": learner.num_updates * learner.steps_per_update,
         "final_train_episode_length": float(metrics["episode/length"]),
     }
     return make_policy(trainer.network, ts.params, deterministic=True), timing
@@ -65,7 +66,8 @@ def train_ppo(env: Env, ppo, episode_steps: int, seed: int) -> tuple[dict, dict]
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--timesteps", type=int, default=4_000_000, help="env steps per PPO arm")
+    ap.add_argument("--algo", choices=["ppo", "apg"], default="ppo")
+    ap.add_argument("--timesteps", type=int, default=4_000_000, help="env steps per trained arm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=float, default=0.3, help="residual scale (end of schedule)")
     ap.add_argument("--scale-start", type=float, default=None, help="scale at progress 0")
@@ -75,8 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = ap.parse_args(argv)
 
-    preset = get_preset("quadrotor-hover", "cpu", "ppo")
-    ppo = dataclasses.replace(preset.ppo, total_timesteps=args.timesteps)
+    preset = get_preset("quadrotor-hover", "cpu", args.algo)
+    learner = dataclasses.replace(preset.learner, total_timesteps=args.timesteps)
     episode_steps = preset.env.episode_steps
     eval_cfg = dataclasses.replace(preset.eval, episodes=args.episodes)
     start = args.scale if args.scale_start is None else args.scale_start
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["base"] = evaluate(residual_env, zero_policy(env.action_size), eval_cfg)
     for arm, arm_env in (("residual", residual_env), ("scratch", env)):
         if arm in args.arms:
-            policy, timing = train_ppo(arm_env, ppo, episode_steps, args.seed)
+            policy, timing = train(args.algo, learner, arm_env, episode_steps, args.seed)
             results[arm] = {**evaluate(arm_env, policy, eval_cfg), **timing}
         print(json.dumps({arm: results.get(arm)}), file=sys.stderr, flush=True)
     doc = {
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
         "disturbance": dataclasses.asdict(heavy.env.disturbance),
         "controller": dataclasses.asdict(ControllerConfig()),
         "residual_scale": dataclasses.asdict(scale),
-        "ppo": {**dataclasses.asdict(ppo), "num_updates": ppo.num_updates},
+        "algo": args.algo,
+        args.algo: {**dataclasses.asdict(learner), "num_updates": learner.num_updates},
         "eval": dataclasses.asdict(eval_cfg),
         "seed": args.seed,
         "results": results,
