@@ -197,7 +197,7 @@ SAC_PRESETS: dict[str, TrainConfig] = {
 # Analytic policy gradients (quadrotor only). CPU: 32 envs × 100-step windows at lr 3e-3; over
 # 60 seeds on the H200 every one ended ≥ 95 %, stopped after 1.1–2.1 M steps (128 envs: 2.9–4.5 M,
 # 16–64 envs in between). Validation every 50 updates from update 300 (0.96 M steps). GPU: 4096
-# envs at lr 1e-2, 20 of 20 seeds ≥ 95 % after 41–82 M steps (100–200 updates; an H200 update is
+# envs at lr 1e-2, 20 of 20 seeds ≥ 95 % after 37–66 M steps (90–160 updates; an H200 update is
 # latency-bound at ~36 ms whatever the batch). Both validate on held-out episodes and stop at
 # 96 % (README, "Training on the quadrotor").
 APG_PRESETS: dict[str, TrainConfig] = {

@@ -8,7 +8,7 @@ env whose episode ends inside the window is frozen at its last state, marked `do
 the start of the next update (resetting inside the window costs a while loop per step: 1.7× the
 update time and 3× the compilation on the CPU). `init` builds placeholder states, all marked
 `done`, so the first update draws the initial states: the reset is compiled once, inside the
-update, not also in `init` (~2.5 s less compilation before the first update on the CPU). The
+update, not also in `init` (~1.5 s less compilation before the first update on the CPU). The
 terminal reward is a constant and carries no gradient: termination is avoided through the shaped
 terms before it.
 
