@@ -32,6 +32,7 @@ import numpy as np
 import tyro
 
 from sim import make_env
+from sim.manipulator import ArmConfig, SceneConfig
 from sim.wrappers import VmapWrapper
 
 
@@ -49,16 +50,18 @@ class Args:
     """Registered arm task."""
     peer_batch: int = 256
     """Envs of the C MuJoCo peer (0: no peer)."""
+    scene: SceneConfig = SceneConfig()
+    """Physics options of the scene (e.g. `--scene.iterations`); the peer uses the same."""
     out: Path | None = None
     """Write the JSON object here too."""
 
 
-def c_mujoco_peer(task: str, batch: int, steps: int, repeats: int) -> dict:
+def c_mujoco_peer(task: str, scene: SceneConfig, batch: int, steps: int, repeats: int) -> dict:
     """Env steps/s of C MuJoCo (`mujoco.rollout` over all CPU cores) on the same scene."""
     import mujoco
     from mujoco import rollout as mj_rollout
 
-    env = make_env(task)
+    env = make_env(task, ArmConfig(scene=scene))
     arm = env.unwrapped
     m = arm.mj_model
     state = jax.jit(jax.vmap(env.reset), compiler_options=env.compiler_options)(
@@ -90,8 +93,8 @@ def c_mujoco_peer(task: str, batch: int, steps: int, repeats: int) -> dict:
     }
 
 
-def measure(task: str, batch: int, steps: int, repeats: int) -> dict:
-    env = VmapWrapper(make_env(task))
+def measure(task: str, scene: SceneConfig, batch: int, steps: int, repeats: int) -> dict:
+    env = VmapWrapper(make_env(task, ArmConfig(scene=scene)))
     keys = jax.random.split(jax.random.key(0), batch)
     actions = jax.random.uniform(jax.random.key(1), (batch, env.action_size), minval=-1, maxval=1)
 
@@ -132,10 +135,13 @@ def main(args: Args) -> dict:
         "cpu": platform.processor() or platform.machine(),
         "jax": jax.__version__,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "results": [measure(args.task, b, args.steps, args.repeats) for b in args.batch_sizes],
+        "scene": dataclasses.asdict(args.scene),
+        "results": [
+            measure(args.task, args.scene, b, args.steps, args.repeats) for b in args.batch_sizes
+        ],
     }
     if args.peer_batch:
-        peer = c_mujoco_peer(args.task, args.peer_batch, args.steps, args.repeats)
+        peer = c_mujoco_peer(args.task, args.scene, args.peer_batch, args.steps, args.repeats)
         result["peer_c_mujoco"] = peer
         for r in result["results"]:
             r["ratio_vs_c_mujoco"] = round(r["env_steps_per_s"] / peer["env_steps_per_s"], 2)

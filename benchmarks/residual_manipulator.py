@@ -46,7 +46,7 @@ from algos.residual import ObsAugmentation, ResidualScale, ResidualWrapper, zero
 from algos.residual.wrapper import field_layout
 from policies import NetworkConfig, make_policy
 from sim import Env, make_env
-from sim.manipulator import ArmConfig, RandomizationConfig, obs_fields
+from sim.manipulator import ArmConfig, RandomizationConfig, SceneConfig, obs_fields
 from sim.manipulator.perturb import Perturbation, PerturbationConfig
 from sim.manipulator.scripted import ScriptedConfig, make_scripted_base
 
@@ -89,6 +89,8 @@ class Args:
     """Episode length, control steps (50 Hz)."""
     perturbation: PerturbationConfig = PerturbationConfig()
     randomization: RandomizationConfig = RandomizationConfig()
+    scene: SceneConfig = SceneConfig()
+    """Physics options (e.g. `--scene.iterations`, `--scene.max-contact-points`)."""
     scripted: ScriptedConfig = ScriptedConfig()
     ppo: PPOConfig = PPOConfig(
         unroll_length=16,
@@ -165,7 +167,10 @@ def run(args: Args) -> dict:
     """Runs the selected arms; returns the result document (written to `args.out` after each
     arm, so that an interrupted run keeps the finished arms)."""
     arm_cfg = ArmConfig(
-        task="pick_place", action_space="cartesian", episode_steps=args.episode_steps
+        task="pick_place",
+        action_space="cartesian",
+        episode_steps=args.episode_steps,
+        scene=args.scene,
     )
     ppo = dataclasses.replace(args.ppo, total_timesteps=args.timesteps, num_envs=args.num_envs)
     nominal = make_env("arm-pick-place", arm_cfg, args.randomization)

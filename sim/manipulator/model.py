@@ -59,6 +59,11 @@ class SceneConfig:
     """Constraint solver iterations."""
     ls_iterations: int = 8
     """Line-search iterations."""
+    max_contact_points: int | None = 12
+    """MJX keeps only this many deepest contacts per contact dimension (the MJCF numeric
+    `max_contact_points`; None: all). MJX builds solver rows for every candidate contact whether
+    it touches or not (24 here), so this bounds the solver's work; 12 covers the cube on the table
+    plus both pads on it. C MuJoCo ignores it (it only makes the contacts that touch)."""
 
 
 def _look_at(pos: np.ndarray, target: np.ndarray, up=(0.0, 0.0, 1.0)) -> list[float]:
@@ -87,6 +92,9 @@ def build_model(config: SceneConfig) -> mujoco.MjModel:
     opt.integrator = getattr(mujoco.mjtIntegrator, f"mjINT_{config.integrator.upper()}")
     opt.iterations = config.iterations
     opt.ls_iterations = config.ls_iterations
+    if config.max_contact_points is not None:
+        numeric = spec.numeric("max_contact_points") or spec.add_numeric(name="max_contact_points")
+        numeric.data = [float(config.max_contact_points)]
     spec.compiler.autolimits = True
 
     world = spec.worldbody

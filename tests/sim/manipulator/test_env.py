@@ -141,6 +141,22 @@ def test_user_model_path_loads_the_same_robot():
     assert env.observation_size == ArmEnv(ArmConfig(task="reach")).observation_size
 
 
+def test_max_contact_points_bounds_mjx_contacts(pick_env, tmp_path):
+    """MJX keeps the 12 deepest of its 24 candidate contacts (the solver's rows shrink from 105 to
+    57); None keeps all; a user MJCF that sets the numeric itself gets the scene's value."""
+    from sim.manipulator.model import PANDA_XML
+
+    assert mjx.make_data(pick_env.mjx_model)._impl.ncon == 12
+    every = ArmEnv(ArmConfig(task="pick_place", scene=SceneConfig(max_contact_points=None)))
+    assert mjx.make_data(every.mjx_model)._impl.ncon == 24
+    own = tmp_path / "panda.xml"
+    numeric = '<custom><numeric name="max_contact_points" data="3"/></custom>'
+    own.write_text(PANDA_XML.read_text().replace("<worldbody>", numeric + "<worldbody>", 1))
+    scene = SceneConfig(model_path=str(own), max_contact_points=16)
+    own_env = ArmEnv(ArmConfig(task="pick_place", scene=scene))
+    assert mjx.make_data(own_env.mjx_model)._impl.ncon == 16
+
+
 def test_mjx_matches_c_mujoco(pick_env, batched):
     """The same controls on MJX (float32, batched) and C MuJoCo (`mj_step`, float64), 200 control
     steps (800 physics steps) of smooth random joint-target motion with the gripper opening and
