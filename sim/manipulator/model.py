@@ -61,9 +61,10 @@ class SceneConfig:
     """Line-search iterations."""
     max_contact_points: int | None = 12
     """MJX keeps only this many deepest contacts per contact dimension (the MJCF numeric
-    `max_contact_points`; None: all). MJX builds solver rows for every candidate contact whether
-    it touches or not (24 here), so this bounds the solver's work; 12 covers the cube on the table
-    plus both pads on it. C MuJoCo ignores it (it only makes the contacts that touch)."""
+    `max_contact_points`, which replaces a robot file's own; None: the file's, or all). MJX builds
+    solver rows for every candidate contact whether it touches or not (24 here), so this bounds
+    the solver's work; 12 covers the cube on the table plus both pads on it. C MuJoCo ignores it
+    (it only makes the contacts that touch)."""
 
 
 def _look_at(pos: np.ndarray, target: np.ndarray, up=(0.0, 0.0, 1.0)) -> list[float]:
