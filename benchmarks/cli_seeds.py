@@ -15,7 +15,6 @@ RLtools is not packaged, so it is quoted, not re-run).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -25,6 +24,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from algos.run_folder import EVAL, VALIDATION, read_metrics
 
 L2F_TD3_SECONDS = 26.8
 
@@ -41,9 +42,8 @@ def run(task: str, seed: int, run_dir: Path, cache: str, extra: list[str]) -> di
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     log = (run_dir / "run.log").read_text()
     first = re.search(r"time to first update ([\d.]+) s .*compilation cache (\w+)", log)
-    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
-    validations = list(csv.DictReader(open(run_dir / "validation.csv")))
-    ev = json.loads((run_dir / "eval.json").read_text())
+    rows, validations = read_metrics(run_dir), read_metrics(run_dir, VALIDATION)
+    ev = json.loads((run_dir / EVAL).read_text())
     return {
         "seed": seed,
         "compilation_cache": first.group(2),
