@@ -20,7 +20,7 @@ def _bash_blocks() -> list[str]:
 def test_ci_runs_the_readme_test_command():
     setup_test = _bash_blocks()[1].strip()
     test_cmd = setup_test.split("&& ", 2)[-1]  # after venv creation and activation
-    assert test_cmd == 'pip install -e ".[dev]" && pytest -q'
+    assert test_cmd == 'pip install -e ".[dev]" && pytest -q -n 2 --dist loadgroup'
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
 
 

@@ -151,14 +151,25 @@ def test_corrupt_frames_rejected_target_survives(link):
     assert sp.ErrorCode.UNEXPECTED in codes
 
 
-def test_failsafe_after_n_consecutive_bad_frames(link):
-    link.reset()
-    link.control(state(0))
+def test_failsafe_after_n_consecutive_bad_frames(firmware_dir, tmp_path):
+    # Its own image: N = 8 frames of 2 s, so that the silence timeout (16 s of emulated time) cannot
+    # fire first while QEMU works through the bad frames on a busy host.
+    n = 8
+    firmware = hil.read_firmware(firmware_dir)
+    elf = hil.build_hil_image(firmware, tmp_path, failsafe_frames=n, frame_period_ms=2000)
     bad = bytearray(sp.encode_frame(sp.MsgType.OBS, 0, sp.encode_obs(state(1))))
     bad[-1] ^= 0xFF
-    for _ in range(hil.FAILSAFE_FRAMES):
-        link.send_raw(bytes(bad))
-    frame = wait_for(link, sp.MsgType.FAILSAFE, 5.0)
+    with hil.Target(elf, "pty") as target:
+        link = hil.Link(target.port)
+        assert link.ping().failsafe_frames == n
+        link.reset()
+        link.control(state(0))
+        for _ in range(n - 1):
+            link.send_raw(bytes(bad))
+        assert not link.control(state(2)).flags & sp.Flag.FAILSAFE  # a valid frame ends the streak
+        for _ in range(n):
+            link.send_raw(bytes(bad))
+        frame = wait_for(link, sp.MsgType.FAILSAFE, 10.0)
     assert frame is not None
     assert sp.decode_status(frame.payload).reason == sp.FailsafeReason.BAD_FRAMES
 
