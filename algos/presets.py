@@ -234,7 +234,7 @@ ARM_PRESETS: dict[str, TrainConfig] = {
     "cpu": dataclasses.replace(_ARM, eval=EvalConfig(episodes=256)),
     "gpu": dataclasses.replace(
         _ARM,
-        ppo=dataclasses.replace(_ARM_PPO, num_envs=4096, total_timesteps=50_000_000),
+        ppo=dataclasses.replace(_ARM_PPO, num_envs=4096, total_timesteps=30_000_000, ent_coef=0.01),
     ),
 }
 ARM_SAC_PRESETS: dict[str, TrainConfig] = {

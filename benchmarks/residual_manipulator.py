@@ -46,7 +46,7 @@ from algos.residual import ObsAugmentation, ResidualScale, ResidualWrapper, zero
 from algos.residual.wrapper import field_layout
 from policies import NetworkConfig, make_policy
 from sim import Env, make_env
-from sim.manipulator import ArmConfig, RandomizationConfig, SceneConfig, obs_fields
+from sim.manipulator import ArmConfig, RandomizationConfig, RewardConfig, SceneConfig, obs_fields
 from sim.manipulator.perturb import Perturbation, PerturbationConfig
 from sim.manipulator.scripted import ScriptedConfig, make_scripted_base
 
@@ -91,6 +91,8 @@ class Args:
     randomization: RandomizationConfig = RandomizationConfig()
     scene: SceneConfig = SceneConfig()
     """Physics options (e.g. `--scene.iterations`, `--scene.max-contact-points`)."""
+    reward: RewardConfig = RewardConfig()
+    """Reward terms of the PPO arms (`--reward.grasp 0`: the reward before the grasp term)."""
     scripted: ScriptedConfig = ScriptedConfig()
     ppo: PPOConfig = PPOConfig(
         unroll_length=16,
@@ -171,6 +173,7 @@ def run(args: Args) -> dict:
         action_space="cartesian",
         episode_steps=args.episode_steps,
         scene=args.scene,
+        reward=args.reward,
     )
     ppo = dataclasses.replace(args.ppo, total_timesteps=args.timesteps, num_envs=args.num_envs)
     nominal = make_env("arm-pick-place", arm_cfg, args.randomization)

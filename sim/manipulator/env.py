@@ -59,6 +59,10 @@ class RewardConfig:
 
     reach: float = 1.0
     """Tool centre point → goal (reach) or → cube (push, pick-place)."""
+    grasp: float = 1.0
+    """Pick-place: the gripper commanded closed (0 open … 1 closed) while the tool centre point is
+    within `reach_radius` of the cube: pays for the step between reaching and lifting, which PPO
+    from scratch otherwise never takes (it held the tool at the cube, lift term ~1e-4)."""
     lift: float = 2.0
     """Pick-place: cube height above its rest height, clipped at `lift_height`, normalized."""
     goal: float = 4.0
@@ -385,6 +389,9 @@ class ArmEnv(Env):
                 distance = jnp.linalg.norm(goal[:2] - cube[:2])
             else:
                 distance = jnp.linalg.norm(goal - cube)
+                near = jnp.linalg.norm(cube - tcp) < c.reach_radius
+                closed = (1.0 - data.last_action[-1]) / 2.0
+                terms["grasp"] = c.grasp * near * closed
                 height = cube[2] - data.params.cube_half_size
                 terms["lift"] = c.lift * jnp.clip(height / c.lift_height, 0.0, 1.0)
             terms["goal"] = c.goal * shaped(distance) * data.reached

@@ -116,6 +116,23 @@ def test_lift_term_grows_with_height(pick_env, initial):
     assert lifts[0] == 0.0 and 0 < lifts[1] < lifts[2] == pick_env.config.reward.lift
 
 
+def test_grasp_term_pays_a_closed_gripper_at_the_cube(pick_env, initial):
+    tcp = initial.data.physics.site_xpos[pick_env.index.ee_site]
+    grasps = {}
+    for where, pos in {"at": tcp + 0.01, "away": tcp + jnp.array([0.0, 0.0, -0.1])}.items():
+        data = _place_cube(pick_env, initial, pos)
+        for grip in (1.0, 0.0, -1.0):  # open, half, closed
+            action = data.last_action.at[-1].set(grip)
+            grasps[where, grip] = float(
+                pick_env._reward(data.replace(last_action=action), action)[0]["grasp"]
+            )
+    full = pick_env.config.reward.grasp
+    assert (
+        grasps["at", 1.0] == 0.0 and grasps["at", 0.0] == 0.5 * full and grasps["at", -1.0] == full
+    )
+    assert all(grasps["away", g] == 0.0 for g in (1.0, 0.0, -1.0))
+
+
 def test_model_file_errors(tmp_path):
     with pytest.raises(ValueError, match="not found"):
         ArmEnv(ArmConfig(scene=SceneConfig(model_path=str(tmp_path / "nope.xml"))))
