@@ -424,8 +424,13 @@ class ArmEnv(Env):
         """XLA:CPU's fusion emitters make MJX kinematics exponentially slow in the kinematic-tree
         depth (jax-ml/jax#33761, google-deepmind/mujoco#2957: a 7-DoF arm step ~300× slower
         under vmap); they are turned off for compiles of this env on the CPU only (they speed
-        the quadrotor up 2.5×, so not process-wide)."""
-        return {"xla_cpu_use_fusion_emitters": False} if jax.default_backend() == "cpu" else {}
+        the quadrotor up 2.5×, so not process-wide). So are multi-threaded Eigen matmuls: with
+        SAC's 256-256 critic, runs on the 2-core CPU hung in them twice out of four (every XLA
+        thread idle, the host waiting for the update's buffers), the intra-op pool wedge that
+        `--xla_cpu_multi_thread_eigen=false` avoids."""
+        if jax.default_backend() != "cpu":
+            return {}
+        return {"xla_cpu_use_fusion_emitters": False, "xla_cpu_multi_thread_eigen": False}
 
 
 __all__ = [
