@@ -276,8 +276,7 @@ class ArmEnv(Env):
             0, self.substeps, lambda _, d: mjx.step(mx, d), data.physics.replace(ctrl=ctrl)
         )
         tcp, cube, _ = self._positions(data.replace(physics=px))
-        near = jnp.linalg.norm(cube - tcp) < self.config.reward.reach_radius
-        reached = jnp.maximum(data.reached, near.astype(jnp.float32))
+        reached = jnp.maximum(data.reached, self._at_cube(tcp, cube))
         ndata = data.replace(physics=px, last_action=action, step=data.step + 1, reached=reached)
         terms, distance, success = self._reward(ndata, data.last_action)
         cube = px.qpos[self.index.cube_qpos : self.index.cube_qpos + 3]
@@ -369,6 +368,10 @@ class ArmEnv(Env):
             "privileged_state": jnp.concatenate([state, cube_vel, data.params.as_vector()]),
         }
 
+    def _at_cube(self, tcp: jax.Array, cube: jax.Array) -> jax.Array:
+        """1.0 while the tool centre point is within `reach_radius` of the cube, else 0.0."""
+        return (jnp.linalg.norm(cube - tcp) < self.config.reward.reach_radius).astype(jnp.float32)
+
     def _reward(
         self, data: ArmData, prev_action: jax.Array
     ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
@@ -389,9 +392,8 @@ class ArmEnv(Env):
                 distance = jnp.linalg.norm(goal[:2] - cube[:2])
             else:
                 distance = jnp.linalg.norm(goal - cube)
-                near = jnp.linalg.norm(cube - tcp) < c.reach_radius
                 closed = (1.0 - data.last_action[-1]) / 2.0
-                terms["grasp"] = c.grasp * near * closed
+                terms["grasp"] = c.grasp * self._at_cube(tcp, cube) * closed
                 height = cube[2] - data.params.cube_half_size
                 terms["lift"] = c.lift * jnp.clip(height / c.lift_height, 0.0, 1.0)
             terms["goal"] = c.goal * shaped(distance) * data.reached
