@@ -314,6 +314,7 @@ def main(argv=None) -> dict:
         # brax jits our env without `env.compiler_options`: the arm's CPU option (exponential MJX
         # compile times otherwise) goes process-wide, before JAX starts; ignored on a GPU
         default_xla_flag("xla_cpu_use_fusion_emitters", "false")
+        default_xla_flag("xla_cpu_multi_thread_eigen", "false")
     base = get_preset(a.task, a.preset, "ppo")
     episodes = a.eval_episodes or base.eval.episodes
     result = {

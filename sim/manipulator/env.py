@@ -245,7 +245,10 @@ class ArmEnv(Env):
         px = self._data0.replace(
             qpos=qpos, ctrl=ctrl, mocap_pos=self._data0.mocap_pos.at[ix.goal_mocap].set(goal)
         )
-        px = mjx.forward(self.model(params), px)
+        # kinematics, not forward: observations and rewards read positions only, and `mjx.step`
+        # runs forward itself; a reset with the whole of forward (contacts, constraint solver)
+        # took the H200 PPO preset's init 27 s to compile and sits in every auto-reset
+        px = mjx.kinematics(self.model(params), px)
         z = jnp.zeros(())
         data = ArmData(px, params, goal, jnp.zeros(self.action_size), jnp.zeros((), jnp.int32), z)
         terms, _, _ = self._reward(data, data.last_action)

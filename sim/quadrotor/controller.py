@@ -31,14 +31,17 @@ from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from sim.quadrotor.dynamics import ROTOR_X, ROTOR_Y, ROTOR_YAW
 from sim.quadrotor.params import GRAVITY, QuadParams, get_params
 
-_ROTOR_X = jnp.array(ROTOR_X)
-_ROTOR_Y = jnp.array(ROTOR_Y)
-_ROTOR_YAW = jnp.array(ROTOR_YAW)
+# numpy, not jnp: a jnp constant at import would start JAX's backend, after which XLA_FLAGS that
+# callers set (benchmarks/sac_vs_ppo.py, algos.default_xla_flag) no longer take effect
+_ROTOR_X = np.asarray(ROTOR_X, np.float32)
+_ROTOR_Y = np.asarray(ROTOR_Y, np.float32)
+_ROTOR_YAW = np.asarray(ROTOR_YAW, np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
