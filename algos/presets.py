@@ -235,6 +235,7 @@ ARM_PRESETS: dict[str, TrainConfig] = {
     "gpu": dataclasses.replace(
         _ARM,
         ppo=dataclasses.replace(_ARM_PPO, num_envs=4096, total_timesteps=30_000_000, ent_coef=0.01),
+        validation=ValidationConfig(every=16, start=288, episodes=256, stop_at=0.93),
     ),
 }
 # Arm SAC: a 256-256 critic and learning rates of 3e-4 (the quadrotor's 64-64 critic at 1e-3 peaked
