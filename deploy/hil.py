@@ -321,11 +321,16 @@ class Link:
                 return sp.decode_pong(frame.payload)
         raise HilError(f"the target did not answer PING within {timeout:g} s")
 
-    def reset(self) -> sp.Status:
-        frame = self.request(sp.MsgType.RESET, b"", sp.MsgType.RESET_ACK)
-        if frame is None or frame.msg_type != sp.MsgType.RESET_ACK:
-            raise HilError("the target did not acknowledge RESET")
-        return sp.decode_status(frame.payload)
+    def reset(self, tries: int = 3) -> sp.Status:
+        """RESET → RESET_ACK. RESET is idempotent, so one the target rejected (a frame cut under
+        host load) or left unanswered is sent again."""
+        for _ in range(tries):
+            frame = self.request(sp.MsgType.RESET, b"", sp.MsgType.RESET_ACK)
+            if frame is not None and frame.msg_type == sp.MsgType.RESET_ACK:
+                return sp.decode_status(frame.payload)
+        raise HilError(
+            f"the target did not acknowledge RESET ({tries} tries of {REPLY_TIMEOUT_S:g} s each)"
+        )
 
     def control(self, state: np.ndarray, tries: int = 3) -> sp.Status:
         """OBS → ACTION. A frame the target rejected is sent again (it was not executed); a
