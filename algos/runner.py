@@ -234,11 +234,16 @@ def _make_validation(cfg: TrainConfig, env, network):
     run = _episodes(cfg.algo, network, env, v.episodes, steps)
     # Compiled on a second thread while training runs (the first validation would otherwise wait
     # ~3 s for it on the CPU, a sixth of a quadrotor APG run).
-    like = jax.eval_shape(network.init, key)
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    compiled = pool.submit(lambda: run.lower(like, key).compile())
-    pool.shutdown(wait=False)
+    compiled = _compile_in_background(run, jax.eval_shape(network.init, key), key)
     return lambda params: summarize(compiled.result()(params, key), settle, cfg.eval.tolerance)
+
+
+def _compile_in_background(jitted, *args) -> concurrent.futures.Future:
+    """`jitted.lower(*args).compile()` (`args` may be shapes) on a second thread."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    compiled = pool.submit(lambda: jitted.lower(*args).compile())
+    pool.shutdown(wait=False)
+    return compiled
 
 
 def _episodes(algo: str, network, env, episodes: int, steps: int):
@@ -327,9 +332,7 @@ def _compile_update(update_fn, compiler_options: dict, like):
         def args(ts):
             return (ts,)
 
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    compiled = pool.submit(lambda: jitted.lower(*args(like)).compile())
-    pool.shutdown(wait=False)
+    compiled = _compile_in_background(jitted, *args(like))
     return lambda ts: compiled.result()(*args(ts))
 
 
