@@ -172,9 +172,9 @@ def train(
     cfg_hash = _open_run(cfg, run_dir)
     opts = env.compiler_options
     init = jax.jit(trainer.init, compiler_options=opts)
+    like = jax.eval_shape(init, jax.random.key(cfg.seed))  # the train state's shapes
     ckpt_path, ckpt = latest_checkpoint(run_dir), None
     if ckpt_path is not None:  # validated before anything in the folder changes
-        like = jax.eval_shape(init, jax.random.key(cfg.seed))
         ckpt = load_checkpoint(ckpt_path, like.params, like.opt_state, cfg_hash)
     total, log = cfg.learner.num_updates, _Log(run_dir, console)
     if ckpt is not None and (ckpt.update >= total or _validated(cfg, run_dir, ckpt.update)):
@@ -184,7 +184,7 @@ def train(
     for name in (METRICS, VALIDATION):
         trim_metrics(run_dir, ckpt.update if ckpt else 0, name)
     cache_before, t_start = _cache_entries(), time.perf_counter()
-    update = _compile_update(trainer.update, opts, jax.eval_shape(init, jax.random.key(cfg.seed)))
+    update = _compile_update(trainer.update, opts, like)
     ts = _start_state(init, cfg, ckpt, cfg_hash, log)
     timing = (t_start, time.perf_counter() - t_start, cache_before)
     end = total if stop_after is None else min(total, int(ts.update) + stop_after)
