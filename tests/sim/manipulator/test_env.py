@@ -187,7 +187,12 @@ def test_mjx_matches_c_mujoco(pick_env, batched):
     m = pick_env.mj_model
     s = reset(jax.random.split(jax.random.key(7), B))
     envs = (0, 1)
-    datas = [mjx.get_data(m, jax.tree.map(lambda x, i=i: x[i], s.data.physics)) for i in envs]
+    datas = []
+    for i in envs:  # C data from what `mjx.step` reads (the reset ran kinematics, not forward)
+        d = mujoco.MjData(m)
+        for name in ("qpos", "qvel", "qacc_warmstart"):
+            getattr(d, name)[:] = np.asarray(getattr(s.data.physics, name)[i])
+        datas.append(d)
     rng = np.random.default_rng(0)
     action = np.zeros((B, pick_env.action_size), np.float32)
     worst_arm = worst_cube = worst_cube_late = 0.0
