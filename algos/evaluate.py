@@ -13,6 +13,7 @@ import numpy as np
 from algos.presets import EvalConfig
 from algos.run_folder import atomic_write
 from sim import Env
+from sim.wrappers import batch_where
 
 
 def rollout(
@@ -39,11 +40,7 @@ def rollout(
         nstate = jax.vmap(env.step)(state, action)
         # Freeze terminated episodes so that non-finite states do not propagate.
         dead = jnp.maximum(dead, nstate.done)
-        nstate = jax.tree.map(
-            lambda a, b: jnp.where(jnp.reshape(carry[1] > 0, (-1,) + (1,) * (a.ndim - 1)), b, a),
-            nstate,
-            state,
-        )
+        nstate = batch_where(carry[1] <= 0, nstate, state)
         out = {
             "position_error": nstate.metrics["position_error"],
             "done": dead,

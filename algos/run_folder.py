@@ -16,6 +16,7 @@ with a one-line message naming the file and the problem.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -371,11 +372,22 @@ def make_env_and_network(cfg: TrainConfig) -> tuple[Env, ActorCritic | SACNetwor
     return env, LEARNERS[cfg.algo].make_network(cfg.learner, env)
 
 
-def make_train_env(cfg: TrainConfig) -> Env:
+def run_batch(cfg: TrainConfig) -> int:
+    """The most envs a run steps as one batch: the learner's, the validation's or the eval's."""
+    validation = cfg.validation.episodes if cfg.validation.every else 0
+    return max(cfg.learner.num_envs, validation, cfg.eval.episodes)
+
+
+def make_train_env(cfg: TrainConfig, batch: int | None = None) -> Env:
     """The task's env with its family's randomization (and an arm's perturbations), inside the
     residual wrapper of a residual run (`TrainConfig.residual`). Raises `ValueError` for a base
-    that does not fit the task."""
-    env = make_env(cfg.task, cfg.env_config, cfg.randomization_config)
+    that does not fit the task. An arm on MJX-Warp without `scene.warp_envs` gets its contact
+    pool sized for `batch` envs (default `run_batch(cfg)`)."""
+    env_cfg = cfg.env_config
+    if cfg.family == "arm" and env_cfg.scene.impl == "warp" and env_cfg.scene.warp_envs is None:
+        scene = dataclasses.replace(env_cfg.scene, warp_envs=batch or run_batch(cfg))
+        env_cfg = dataclasses.replace(env_cfg, scene=scene)
+    env = make_env(cfg.task, env_cfg, cfg.randomization_config)
     if cfg.family == "arm" and cfg.arm_perturbation.episode_prob > 0:
         env = manipulator.Perturbation(env, cfg.arm_perturbation)
     r = cfg.residual

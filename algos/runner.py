@@ -52,6 +52,7 @@ from algos.run_folder import (
     read_json,
     read_metrics,
     remove_stale_temp_files,
+    run_batch,
     save_checkpoint,
     trim_metrics,
     write_config,
@@ -520,9 +521,11 @@ def evaluate_run(
         raise RunError(f"episodes must be ≥ 1, got {n}")
     log = _Log(run_dir, console)
     steps, settle = eval_steps(cfg, run.env.dt)
+    # more episodes than the run's largest batch: an MJX-Warp contact pool for them
+    env = run.env if n <= run_batch(run.config) else make_train_env(run.config, batch=n)
 
     cache_before, t0 = _cache_entries(), time.perf_counter()
-    run_episodes = _episodes(run.config.algo, run.network, run.env, n, steps)
+    run_episodes = _episodes(run.config.algo, run.network, env, n, steps)
     traj = run_episodes(run.params, jax.random.key(cfg.seed))
     summary = summarize(traj, settle, cfg.tolerance)
     seconds = time.perf_counter() - t0

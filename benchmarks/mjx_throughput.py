@@ -14,6 +14,13 @@ CPU core, `--peer-batch` envs from the MJX reset states, random controls), as en
     python benchmarks/mjx_throughput.py --batch-sizes 4096 8192 16384   # on a GPU
 
 The issue's target: ≥ 1e6 env steps/s at 4096–16384 envs on one H200.
+
+`--scene.impl warp` runs MuJoCo Warp's kernels instead (`pip install "hoverfly[warp]"`, a CUDA
+GPU); its contact pool is sized for each batch, `overflow_envs` counts the envs whose contacts or
+constraint rows did not fit (0 for a valid figure), and the JAX implementation is measured at the
+same batch sizes in the same run (`peer_mjx_jax`, `ratio_vs_mjx_jax`).
+
+    python benchmarks/mjx_throughput.py --scene.impl warp --peer-batch 0 --batch-sizes 4096 16384
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import tyro
 
 from sim import make_env
 from sim.manipulator import ArmConfig, SceneConfig
+from sim.manipulator._mjx import warp_overflow
 from sim.wrappers import VmapWrapper
 
 
@@ -50,6 +58,8 @@ class Args:
     """Registered arm task."""
     peer_batch: int = 256
     """Envs of the C MuJoCo peer (0: no peer)."""
+    jax_peer: bool = True
+    """With `--scene.impl warp`: measure MJX's JAX implementation at each batch size too."""
     scene: SceneConfig = SceneConfig()
     """Physics options of the scene (e.g. `--scene.iterations`); the peer uses the same."""
     out: Path | None = None
@@ -61,7 +71,7 @@ def c_mujoco_peer(task: str, scene: SceneConfig, batch: int, steps: int, repeats
     import mujoco
     from mujoco import rollout as mj_rollout
 
-    env = make_env(task, ArmConfig(scene=scene))
+    env = make_env(task, ArmConfig(scene=dataclasses.replace(scene, impl="jax")))  # reset states
     arm = env.unwrapped
     m = arm.mj_model
     state = jax.jit(jax.vmap(env.reset), compiler_options=env.compiler_options)(
@@ -94,6 +104,8 @@ def c_mujoco_peer(task: str, scene: SceneConfig, batch: int, steps: int, repeats
 
 
 def measure(task: str, scene: SceneConfig, batch: int, steps: int, repeats: int) -> dict:
+    if scene.impl == "warp":  # Warp's contact pool serves this batch
+        scene = dataclasses.replace(scene, warp_envs=batch)
     env = VmapWrapper(make_env(task, ArmConfig(scene=scene)))
     keys = jax.random.split(jax.random.key(0), batch)
     actions = jax.random.uniform(jax.random.key(1), (batch, env.action_size), minval=-1, maxval=1)
@@ -115,7 +127,10 @@ def measure(task: str, scene: SceneConfig, batch: int, steps: int, repeats: int)
         state = jax.block_until_ready(rollout(state))
         times.append(time.perf_counter() - t0)
     median = statistics.median(times)
-    return {
+    extra = {}
+    if scene.impl == "warp":  # envs whose contacts or constraint rows overflowed their buffers
+        extra = {"overflow_envs": int(np.count_nonzero(warp_overflow(state.data.physics)))}
+    return extra | {
         "batch_size": batch,
         "steps_per_call": steps,
         "compile_and_first_call_s": round(compile_s, 2),
@@ -140,6 +155,12 @@ def main(args: Args) -> dict:
             measure(args.task, args.scene, b, args.steps, args.repeats) for b in args.batch_sizes
         ],
     }
+    if args.scene.impl == "warp" and args.jax_peer:
+        jax_scene = dataclasses.replace(args.scene, impl="jax")
+        for r in result["results"]:
+            peer = measure(args.task, jax_scene, r["batch_size"], args.steps, args.repeats)
+            r["peer_mjx_jax"] = peer
+            r["ratio_vs_mjx_jax"] = round(r["env_steps_per_s"] / peer["env_steps_per_s"], 2)
     if args.peer_batch:
         peer = c_mujoco_peer(args.task, args.scene, args.peer_batch, args.steps, args.repeats)
         result["peer_c_mujoco"] = peer

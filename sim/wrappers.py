@@ -44,6 +44,9 @@ class AutoResetWrapper(Wrapper):
     gathered, the inner (batched) `reset` runs on those K keys and the result is scattered back;
     a `lax.while_loop` repeats this while finished envs remain (zero iterations, so no reset work,
     when none finished). `K` only trades loop trips for padding; the result does not depend on it.
+    `K` ≠ B (B + 1 where one chunk would cover the batch), so a leaf without the batch axis (the
+    contact pool that MJX-Warp shares over the batch and rebuilds every physics step) has the
+    same shape in the fresh states and is kept as it is.
 
     Env i's reset key is `split(info["rng"][i])[1]` and its next in-step key `split(...)[0]`, the
     keys of the former per-env (vmapped, reset-every-env-every-step) wrapper: states, keys and
@@ -77,7 +80,9 @@ class AutoResetWrapper(Wrapper):
         return state.replace(info={**state.info, **dict.fromkeys(names, z)})
 
     def _chunk(self, batch: int) -> int:
-        return min(batch, self.chunk_size or max(32, batch // 64))
+        # never B: a leaf without the batch axis then keeps its shape in the fresh states
+        k = min(batch, self.chunk_size or max(32, batch // 64))
+        return batch + 1 if k == batch else k
 
     def step(self, state: State, action: jax.Array) -> State:
         nstate = self.env.step(state, action)
@@ -98,6 +103,8 @@ class AutoResetWrapper(Wrapper):
             fresh = self.env.reset(key_reset[jnp.minimum(idx, n - 1)])
 
             def put(a, b):
+                if a.shape == jnp.shape(b):  # no batch axis (K ≠ B): MJX-Warp's shared contact pool
+                    return a
                 return a.at[idx].set(b, mode="drop")
 
             data = jax.tree.map(put, data, fresh.data)
@@ -120,6 +127,20 @@ class AutoResetWrapper(Wrapper):
             last_length=jnp.where(done, length, state.info["last_length"]),
         )
         return nstate.replace(data=data, obs=obs, info=info)
+
+
+def batch_where(mask: jax.Array, new, old):
+    """Per-env select over batched pytrees: each leaf [B, ...] is `new` where `mask` [B], else
+    `old`. A leaf without the batch axis (MJX-Warp's contact pool, one for the whole batch and
+    rebuilt by every physics step) is taken from `new`."""
+    b = mask.shape[0]
+
+    def select(n: jax.Array, o: jax.Array) -> jax.Array:
+        if n.ndim == 0 or n.shape[0] != b:
+            return n
+        return jnp.where(jnp.reshape(mask, (b,) + (1,) * (n.ndim - 1)), n, o)
+
+    return jax.tree.map(select, new, old)
 
 
 class VmapWrapper(Wrapper):

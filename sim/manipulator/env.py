@@ -6,7 +6,8 @@ top at z = 0, robot base at the origin. Actions in [-1, 1]:
   (−1 closed … 1 open), absolute.
 - `cartesian` [4]: tool-centre-point deltas (× `ee_step` m, world frame) and the gripper; the joint
   targets follow by one damped-least-squares step of differential IK that also holds the
-  gripper's home orientation (Jacobian by `jax.jacfwd` of MJX forward kinematics).
+  gripper's home orientation (analytic Jacobian from the joint axes and anchors of one MJX
+  kinematics pass).
 Per-episode physics parameters (`ArmParams`) live in the state, so domain randomization
 (`sim.manipulator.randomization`) varies them per env under vmap.
 """
@@ -23,7 +24,7 @@ import numpy as np
 from flax import struct
 
 from sim.env import Env, State
-from sim.manipulator._mjx import mjx
+from sim.manipulator._mjx import mjx, put_scene
 from sim.manipulator.model import SceneConfig, build_model, index_model
 
 HOME = (0.0, -0.785398, 0.0, -2.356194, 0.0, 1.570796, 0.785398)
@@ -179,8 +180,7 @@ class ArmEnv(Env):
             self.mj_model.dof_damping[dof : dof + 6] = 1e6
         if len(self.index.finger_qpos) != 2:
             raise ValueError("the arm envs need exactly two finger joints")
-        self.mjx_model = mjx.put_model(self.mj_model)
-        self._data0 = mjx.make_data(self.mjx_model)
+        self.mjx_model, self._data0 = put_scene(self.mj_model, config.scene)
         h = config.scene.cube_half_size
         self.nominal_params = ArmParams(
             cube_half_size=jnp.asarray(h, jnp.float32),
@@ -320,19 +320,25 @@ class ArmEnv(Env):
 
     def _ik_step(self, mx: mjx.Model, px: mjx.Data, q: jax.Array, dpos: jax.Array) -> jax.Array:
         """[7] joint change Δq = Jᵀ(JJᵀ + λ²I)⁻¹ e moving the tool by `dpos` (world, m) from its
-        pose at joint targets `q` while turning it back to the home orientation."""
+        pose at joint targets `q` while turning it back to the home orientation.
 
-        def pose_error(q: jax.Array) -> jax.Array:
-            kin = mjx.kinematics(mx, px.replace(qpos=px.qpos.at[self.index.arm_qpos].set(q)))
-            pos = kin.site_xpos[self.index.ee_site]
-            rot = kin.site_xmat[self.index.ee_site]
-            # small-angle orientation error ½ Σᵢ rᵢ × r̂ᵢ over the columns (rotation towards R̂)
-            rot_err = 0.5 * jnp.sum(jnp.cross(rot.T, self.home_rotation.T), axis=0)
-            return jnp.concatenate([pos, rot_err])
-
-        f = pose_error(q)
-        jac = jax.jacfwd(pose_error)(q)  # [6, 7]
-        err = jnp.concatenate([dpos, -f[3:]])
+        Error: tool position and the small-angle orientation error ½ Σᵢ rᵢ × r̂ᵢ over the columns
+        of the tool rotation R (towards the home R̂). Hinge j (world axis aⱼ through anchor pⱼ)
+        moves the tool by aⱼ × (x − pⱼ) and turns each column by aⱼ × rᵢ, so the Jacobian's
+        columns are those and ½ Σᵢ (aⱼ × rᵢ) × r̂ᵢ (`index_model` checks that every arm joint
+        moves the tool; the same J as forward-mode autodiff, without differentiating MJX)."""
+        ix = self.index
+        kin = mjx.kinematics(mx, px.replace(qpos=px.qpos.at[ix.arm_qpos].set(q)))
+        pos, rot = kin.site_xpos[ix.ee_site], kin.site_xmat[ix.ee_site]
+        axis, anchor = kin.xaxis[ix.arm_joint], kin.xanchor[ix.arm_joint]  # [7, 3]
+        cols, home = rot.T, self.home_rotation.T  # [3 columns, 3]
+        rot_err = 0.5 * jnp.sum(jnp.cross(cols, home), axis=0)
+        turn = jnp.cross(axis[:, None, :], cols[None])  # [7, 3 columns, 3]
+        jac = jnp.concatenate(
+            [jnp.cross(axis, pos - anchor), 0.5 * jnp.sum(jnp.cross(turn, home[None]), axis=1)],
+            axis=1,
+        ).T  # [6, 7]
+        err = jnp.concatenate([dpos, -rot_err])
         lam2 = self.config.ik_damping**2
         return jac.T @ jnp.linalg.solve(jac @ jac.T + lam2 * jnp.eye(6), err)
 

@@ -65,6 +65,16 @@ class SceneConfig:
     solver rows for every candidate contact whether it touches or not (24 here), so this bounds
     the solver's work; 12 covers the cube on the table plus both pads on it. C MuJoCo ignores it
     (it only makes the contacts that touch)."""
+    impl: Literal["jax", "warp"] = "jax"
+    """MJX implementation: "jax" (XLA, CPU or GPU) or "warp" (MuJoCo Warp's kernels called from
+    XLA; needs `pip install warp-lang`, and a CUDA GPU to be fast)."""
+    warp_envs: int | None = None
+    """Warp only: the most envs stepped as one batch. Warp keeps one contact pool for the whole
+    batch, `warp_envs` × `warp_contacts` slots; a larger batch drops contacts. None: `hoverfly
+    train` sizes it for the run's largest batch (its envs, validation and eval episodes)."""
+    warp_contacts: int = 24
+    """Warp only: contact slots per env in the shared pool (Warp makes only the contacts that
+    touch), and the bound on one env's contacts in its constraint rows."""
 
 
 def _look_at(pos: np.ndarray, target: np.ndarray, up=(0.0, 0.0, 1.0)) -> list[float]:
@@ -166,6 +176,8 @@ def _has_name(spec: mujoco.MjSpec, name: str) -> bool:
 class ModelIndex:
     """Static addresses into a compiled scene (numpy, so they stay static under jit)."""
 
+    arm_joint: np.ndarray
+    """[7] ids of the arm joints."""
     arm_qpos: np.ndarray
     """[7] qpos addresses of the arm joints."""
     arm_dof: np.ndarray
@@ -211,6 +223,13 @@ def index_model(m: mujoco.MjModel, config: SceneConfig) -> ModelIndex:
         problems.append(f"end-effector site {config.ee_site!r} is missing")
     if problems:
         raise ValueError(_message(config, problems))
+    chain, body = set(), int(m.site_bodyid[site])
+    while body > 0:
+        chain.add(body)
+        body = int(m.body_parentid[body])
+    for name, j in zip(config.arm_joints, arm, strict=True):
+        if m.jnt_bodyid[j] not in chain:
+            problems.append(f"arm joint {name!r} does not move site {config.ee_site!r}")
 
     joint_act = {
         int(m.actuator_trnid[a, 0]): a
@@ -231,6 +250,7 @@ def index_model(m: mujoco.MjModel, config: SceneConfig) -> ModelIndex:
 
     cube_joint = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "cube_joint")
     return ModelIndex(
+        arm_joint=np.array(arm),
         arm_qpos=m.jnt_qposadr[arm].copy(),
         arm_dof=m.jnt_dofadr[arm].copy(),
         arm_range=m.jnt_range[arm].copy(),

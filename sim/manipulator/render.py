@@ -28,6 +28,7 @@ import numpy as np
 
 from sim.env import Env, State
 from sim.manipulator.env import ArmEnv
+from sim.wrappers import batch_where
 
 GL_BACKENDS = ("egl", "osmesa")
 APT_PACKAGES = {"egl": "libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0", "osmesa": "libosmesa6"}
@@ -245,11 +246,7 @@ def record_rollout(
         state, dead = carry
         action, _ = policy_fn(state.obs["state"], key_step)
         nstate = jax.vmap(env.step)(state, action)
-        frozen = jax.tree.map(
-            lambda a, b: jnp.where(jnp.reshape(dead > 0, (-1,) + (1,) * (a.ndim - 1)), b, a),
-            nstate,
-            state,
-        )
+        frozen = batch_where(dead <= 0, nstate, state)
         ndead = jnp.maximum(dead, nstate.done)
         return (frozen, ndead), scene(frozen, ndead)
 

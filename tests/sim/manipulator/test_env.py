@@ -149,6 +149,34 @@ def test_model_file_errors(tmp_path):
         ArmEnv(ArmConfig(scene=SceneConfig(model_path=str(broken))))
 
 
+def test_arm_joints_must_move_the_tool():
+    with pytest.raises(ValueError, match="arm joint 'joint1' does not move site 'goal'"):
+        ArmEnv(ArmConfig(scene=SceneConfig(ee_site="goal")))
+
+
+def test_ik_jacobian_matches_autodiff(pick_env):
+    """The analytic Jacobian's damped-least-squares step equals the one from `jax.jacfwd` of the
+    same pose error through MJX kinematics, at random joint configurations."""
+    s = pick_env.reset(jax.random.key(3))
+    mx, px, ix = pick_env.model(s.data.params), s.data.physics, pick_env.index
+
+    def pose_error(q):
+        kin = mjx.kinematics(mx, px.replace(qpos=px.qpos.at[ix.arm_qpos].set(q)))
+        rot = kin.site_xmat[ix.ee_site]
+        rot_err = 0.5 * jnp.sum(jnp.cross(rot.T, pick_env.home_rotation.T), axis=0)
+        return jnp.concatenate([kin.site_xpos[ix.ee_site], rot_err])
+
+    lam2 = pick_env.config.ik_damping**2
+    for seed in range(3):
+        q = px.qpos[ix.arm_qpos] + 0.3 * jax.random.normal(jax.random.key(seed), (7,))
+        dpos = jnp.array([0.01, -0.005, 0.003])
+        jac = jax.jacfwd(pose_error)(q)
+        err = jnp.concatenate([dpos, -pose_error(q)[3:]])
+        ref = jac.T @ jnp.linalg.solve(jac @ jac.T + lam2 * jnp.eye(6), err)
+        np.testing.assert_allclose(pick_env._ik_step(mx, px, q, dpos), ref, atol=1e-5)
+        assert float(jnp.abs(ref).max()) > 0.1
+
+
 def test_user_model_path_loads_the_same_robot():
     from sim.manipulator.model import PANDA_XML
 
