@@ -25,8 +25,8 @@ def put_scene(m: mujoco.MjModel, scene: SceneConfig) -> tuple[mjx.Model, mjx.Dat
 
     Warp: one contact pool of `warp_envs` × `warp_contacts` slots serves the whole vmapped
     batch (its leaves carry no batch axis, see `sim.wrappers.batch_where`); each env gets
-    constraint rows for `warp_contacts` pyramidal contacts plus its joint limits. `ValueError` if
-    warp-lang is missing or `warp_envs` is unset."""
+    constraint rows for `warp_contacts` pyramidal contacts plus its limits and equalities.
+    `ValueError` if warp-lang is missing or `warp_envs` is unset."""
     if scene.impl == "jax":
         return mjx.put_model(m), mjx.make_data(m)
     if scene.warp_envs is None or scene.warp_envs < 1:
@@ -40,7 +40,9 @@ def put_scene(m: mujoco.MjModel, scene: SceneConfig) -> tuple[mjx.Model, mjx.Dat
             'scene.impl "warp" needs NVIDIA Warp: pip install "hoverfly[warp]"'
         ) from None
     warp.config.log_level = warp.LOG_WARNING  # else a banner and a line per kernel module
-    rows = scene.warp_contacts * 2 * (int(m.geom_condim.max()) - 1) + m.njnt
+    # rows per pyramidal contact, then a bound on the limit and equality rows
+    per_contact = max(1, 2 * (int(m.geom_condim.max()) - 1))
+    rows = scene.warp_contacts * per_contact + m.njnt + m.ntendon + 6 * m.neq
     with contextlib.redirect_stdout(sys.stderr):
         model = mjx.put_model(m, impl="warp")
         data = mjx.make_data(

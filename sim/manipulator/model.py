@@ -67,7 +67,7 @@ class SceneConfig:
     (it only makes the contacts that touch)."""
     impl: Literal["jax", "warp"] = "jax"
     """MJX implementation: "jax" (XLA, CPU or GPU) or "warp" (MuJoCo Warp's kernels called from
-    XLA; needs `pip install warp-lang`, and a CUDA GPU to be fast)."""
+    XLA; needs `pip install "hoverfly[warp]"`, and a CUDA GPU to be fast)."""
     warp_envs: int | None = None
     """Warp only: the most envs stepped as one batch. Warp keeps one contact pool for the whole
     batch, `warp_envs` × `warp_contacts` slots; a larger batch drops contacts. None: `hoverfly
