@@ -23,19 +23,22 @@ pytest.importorskip("warp", reason="the Warp tests need warp-lang (pip install h
 B = 4
 
 
-def _env(impl: str, **scene):
-    cfg = ArmConfig(task="pick_place", scene=SceneConfig(impl=impl, **scene))
+def _env(impl: str, action_space: str = "joint_delta", **scene):
+    cfg = ArmConfig(
+        task="pick_place", action_space=action_space, scene=SceneConfig(impl=impl, **scene)
+    )
     return make_env("arm-pick-place", cfg)  # with domain randomization
 
 
 def test_warp_matches_jax_with_randomization():
-    """20 control steps (80 physics steps) of random joint-delta actions on 4 randomized envs
-    (the cube resting on the table, plane–box contacts): positions agree to float32 rounding."""
+    """20 control steps (80 physics steps) of random Cartesian actions (the IK runs Warp's
+    kinematics) on 4 randomized envs (the cube resting on the table, plane–box contacts):
+    positions agree to float32 rounding."""
     keys = jax.random.split(jax.random.key(3), B)
-    actions = jax.random.uniform(jax.random.key(4), (20, B, 8), minval=-1, maxval=1)
+    actions = jax.random.uniform(jax.random.key(4), (20, B, 4), minval=-1, maxval=1)
     out = {}
     for impl in ("jax", "warp"):
-        env = VmapWrapper(_env(impl, warp_envs=B))
+        env = VmapWrapper(_env(impl, "cartesian", warp_envs=B))
 
         def run(keys, env=env):
             s = env.reset(keys)
