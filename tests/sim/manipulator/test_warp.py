@@ -93,9 +93,8 @@ def test_trainer_sizes_the_pool_for_the_run():
 
 
 def test_missing_warp_is_a_clear_error(monkeypatch):
+    with pytest.raises(ValueError, match="warp_envs"):
+        _env("warp")
     monkeypatch.setitem(sys.modules, "warp", None)  # `import warp` raises ImportError
     with pytest.raises(ValueError, match="needs NVIDIA Warp"):
         _env("warp", warp_envs=B)
-    with pytest.raises(ValueError, match="warp_envs"):
-        monkeypatch.undo()
-        _env("warp")
