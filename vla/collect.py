@@ -4,7 +4,10 @@ cameras with C MuJoCo (`sim.manipulator.render`), written as a LeRobotDataset (`
 
 Each episode gets a language instruction from its variant: the cube's colour (set on the rendered
 cube geom only; physics is unaffected) and the goal's region on the table,
-"pick up the <colour> cube and place it on the <region> target". Regions are named from the
+"pick up the <colour> cube and place it on the <region> target". By default (`goals="targets"`)
+the goal is one of four fixed targets (`TARGETS`), one per region, so the instruction names the
+goal exactly; with `goals="random"` it names only the region of a random goal, and the rest
+must be read from the goal marker in the images. Regions are named from the
 robot's point of view (world frame, base at the origin facing +x): the goal's offset from the
 centre of the cube's start area along its larger axis, "front" (+x, away from the base), "back"
 (−x), "left" (+y) or "right" (−y). In the front camera, which faces the robot, the robot's left is
@@ -48,6 +51,7 @@ from sim.env import Env
 from sim.manipulator import (
     ArmConfig,
     CameraRenderer,
+    InitConfig,
     RandomizationConfig,
     make_scripted_base,
     obs_fields,
@@ -61,6 +65,14 @@ COLOURS = {
     "yellow": (0.9, 0.8, 0.1, 1.0),
 }
 """Cube colours of the instructions, RGBA in [0, 1]."""
+TARGETS = (
+    (0.65, 0.0, 0.1),
+    (0.35, 0.0, 0.1),
+    (0.5, 0.15, 0.1),
+    (0.5, -0.15, 0.1),
+)
+"""The named goal targets (`CollectConfig.goals = "targets"`): front, back, left and right of the
+cube's start area, 0.15 m from its centre, 0.1 m above the resting cube: (x, y, height), m."""
 STATE_FIELDS = ("joint_pos", "finger_pos", "tcp_pos")
 """Fields of the actor observation that form `observation.state`, in order."""
 ACTION_NAMES = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
@@ -95,6 +107,10 @@ class CollectConfig:
     """Episodes simulated at once (vmap); a failed episode is replaced from the next batch."""
     max_attempts: int | None = None
     """Give up after this many rollouts (default: 4 × episodes + batch_size)."""
+    goals: Literal["targets", "random"] = "targets"
+    """Goals: one of the four named `TARGETS`, so the instruction's region names the goal
+    exactly, or anywhere in the env's random goal box (the instruction names only its region;
+    the rest must be read from the goal marker in the images)."""
     randomize: bool = True
     """Domain randomization (cube size, mass, friction, servo gains, sensor noise)."""
     colours: tuple[str, ...] = tuple(COLOURS)
@@ -110,13 +126,21 @@ class CollectConfig:
         unknown = [c for c in self.colours if c not in COLOURS]
         if unknown or not self.colours:
             raise ValueError(f"unknown colours {unknown or self.colours}; known: {list(COLOURS)}")
+        if self.goals not in ("targets", "random"):
+            raise ValueError(f"goals must be 'targets' or 'random', got {self.goals!r}")
         if self.image_dtype == "video" and any(s % 2 for s in self.image_size):
             raise ValueError(f"video images need an even size, got {self.image_size}")
 
 
 def make_collect_env(config: CollectConfig) -> Env:
     """The env the demonstrations run in (pick-place, Cartesian actions)."""
-    arm = ArmConfig(task="pick_place", action_space="cartesian", episode_steps=config.max_steps)
+    targets = TARGETS if config.goals == "targets" else ()
+    arm = ArmConfig(
+        task="pick_place",
+        action_space="cartesian",
+        episode_steps=config.max_steps,
+        init=InitConfig(goal_targets=targets),
+    )
     return make_env(config.task, arm, RandomizationConfig() if config.randomize else None)
 
 
@@ -252,10 +276,12 @@ def _frames(
 
 
 @functools.cache
-def _compiled_rollout(randomize: bool, max_steps: int, options: tuple) -> tuple[Env, Any]:
+def _compiled_rollout(
+    randomize: bool, max_steps: int, goals: str, options: tuple
+) -> tuple[Env, Any]:
     """(env, jitted rollout), one per setting in a process, so repeated collects reuse the
     compiled executable (~30–60 s to compile on a 2-core CPU)."""
-    env = make_collect_env(CollectConfig(randomize=randomize, max_steps=max_steps))
+    env = make_collect_env(CollectConfig(randomize=randomize, max_steps=max_steps, goals=goals))
     options = env.compiler_options | dict(options)
     return env, jax.jit(make_rollout(env, max_steps), compiler_options=options)
 
@@ -270,7 +296,7 @@ def rollout_episodes(
     if not 0 < len(seeds) <= config.batch_size:
         raise ValueError(f"1 … batch_size = {config.batch_size} seeds, got {len(seeds)}")
     options = tuple(sorted((compiler_options or {}).items()))
-    _, run = _compiled_rollout(config.randomize, config.max_steps, options)
+    _, run = _compiled_rollout(config.randomize, config.max_steps, config.goals, options)
     padded = np.resize(seeds, config.batch_size)
     traj = jax.device_get(run(jnp.asarray(padded)))
     n = len(seeds)
@@ -297,7 +323,7 @@ def collect(
     config.validate()
     setup_gl()  # probes EGL in a child process: before JAX starts its threads
     options = tuple(sorted((compiler_options or {}).items()))
-    env, run = _compiled_rollout(config.randomize, config.max_steps, options)
+    env, run = _compiled_rollout(config.randomize, config.max_steps, config.goals, options)
     arm = env.unwrapped
     fps = round(1.0 / env.dt)
     max_attempts = config.max_attempts or 4 * config.episodes + config.batch_size
@@ -382,6 +408,7 @@ __all__ = [
     "COLOURS",
     "FAST_COMPILE",
     "STATE_FIELDS",
+    "TARGETS",
     "CollectConfig",
     "collect",
     "episode_length",

@@ -47,6 +47,10 @@ class InitConfig:
     """Half-width of the goal area per axis around `cube_center` (push, pick-place), m."""
     goal_height: tuple[float, float] = (0.0, 0.2)
     """Pick-place goal height above the resting cube centre, m."""
+    goal_targets: tuple[tuple[float, float, float], ...] = ()
+    """Pick-place: when given, the goal is one of these targets, uniformly: (x, y, height above
+    the resting cube centre), m; discrete goals that an instruction can name (`vla.collect`).
+    Empty: the random goal box of `goal_range` and `goal_height`."""
     reach_low: tuple[float, float, float] = (0.3, -0.3, 0.1)
     """Reach goal box lower corner, m."""
     reach_high: tuple[float, float, float] = (0.65, 0.3, 0.5)
@@ -167,6 +171,10 @@ class ArmEnv(Env):
                 f"ctrl_dt {config.ctrl_dt} must be a positive multiple of the physics timestep "
                 f"{config.scene.timestep}"
             )
+        if any(len(t) != 3 for t in config.init.goal_targets):
+            raise ValueError(
+                f"init.goal_targets: each target is (x, y, height), got {config.init.goal_targets}"
+            )
         self.config = config
         self.substeps = round(sub)
         self.mj_model = build_model(config.scene)
@@ -264,6 +272,10 @@ class ArmEnv(Env):
             return jax.random.uniform(
                 key, (3,), minval=jnp.array(cfg.reach_low), maxval=jnp.array(cfg.reach_high)
             )
+        if cfg.goal_targets and self.config.task == "pick_place":
+            targets = jnp.asarray(cfg.goal_targets, jnp.float32)
+            goal = targets[jax.random.randint(key, (), 0, len(targets))]
+            return goal.at[2].add(h)
         u = jax.random.uniform(key, (3,), minval=-1.0, maxval=1.0)
         xy = jnp.asarray(cfg.cube_center) + cfg.goal_range * u[:2]
         lo, hi = cfg.goal_height if self.config.task == "pick_place" else (0.0, 0.0)

@@ -12,6 +12,7 @@ from vla.collect import (
     COLOURS,
     FAST_COMPILE,
     STATE_FIELDS,
+    TARGETS,
     CollectConfig,
     collect,
     episode_length,
@@ -58,6 +59,10 @@ def test_episodes_succeed_and_match_their_instructions(dataset):
         np.testing.assert_allclose(goal, meta["goal"], atol=1e-6)
         region = goal_region(goal[:2], (0.5, 0.0))
         assert meta["goal_region"] == region
+        # one of the named targets, `height` above the resting cube: the region names it
+        target = TARGETS[("front", "back", "left", "right").index(region)]
+        np.testing.assert_allclose(goal[:2], target[:2], atol=1e-6)
+        np.testing.assert_allclose(goal[2], target[2] + meta["cube_half_size"], atol=1e-6)
         assert ep["task"] == e.tasks[0] == instruction(meta["colour"], region)
         assert (
             ep["task"] == f"pick up the {meta['colour']} cube and place it on the {region} target"

@@ -29,6 +29,20 @@ def batched(pick_env):
     return jax.jit(env.reset, compiler_options=opts), jax.jit(env.step, compiler_options=opts)
 
 
+def test_goal_targets_are_drawn_uniformly():
+    targets = ((0.6, 0.1, 0.05), (0.4, -0.1, 0.15))
+    init = dataclasses.replace(ArmConfig().init, goal_targets=targets)
+    env = ArmEnv(ArmConfig(task="pick_place", init=init))
+    keys = jax.random.split(jax.random.key(0), 256)
+    goals = np.asarray(jax.jit(jax.vmap(lambda k: env._sample_goal(k, jnp.float32(0.02))))(keys))
+    first = np.all(np.abs(goals - (0.6, 0.1, 0.07)) < 1e-6, axis=1)
+    second = np.all(np.abs(goals - (0.4, -0.1, 0.17)) < 1e-6, axis=1)
+    assert np.all(first | second) and 0.35 < first.mean() < 0.65
+    bad = dataclasses.replace(init, goal_targets=((0.5, 0.0),))
+    with pytest.raises(ValueError, match="goal_targets"):
+        ArmEnv(ArmConfig(task="pick_place", init=bad))
+
+
 def test_contract_vmap_determinism(pick_env, batched):
     reset, step = batched
     keys = jax.random.split(jax.random.key(0), B)
