@@ -382,7 +382,7 @@ class _Run:
         if cfg.sft_coef > 0:
             from vla.dataset import LeRobotDataset
 
-            anchor = _load_frames(LeRobotDataset(cfg.sft_data), model.config)
+            anchor = _load_frames(LeRobotDataset(cfg.sft_data), model.config, device)
         return cls(
             cfg, out, record, env_info, model, reference, processor, _optimizer(cfg, model), anchor
         )

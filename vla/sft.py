@@ -75,10 +75,11 @@ _CARTESIAN_ACTIONS = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
 # -- data ------------------------------------------------------------------------------------------
 @dataclass
 class _Frames:
-    """Every frame of a dataset in memory: images {camera: uint8 [N, H, W, 3]}, states [N, Ds],
-    action chunks [N, H, A] (absolute, as stored), is_pad [N, H], task [N] (index into tasks)."""
+    """Every frame of a dataset in memory: images {camera: uint8 tensor [N, H, W, 3]} on the
+    training device (batches are gathered and resized there), states [N, Ds], action chunks
+    [N, H, A] (absolute, as stored), is_pad [N, H], task [N] (index into tasks)."""
 
-    images: dict[str, np.ndarray]
+    images: dict[str, torch.Tensor]
     states: np.ndarray
     chunks: np.ndarray
     is_pad: np.ndarray
@@ -135,8 +136,9 @@ def _model_config(cfg: SFTConfig, ds: LeRobotDataset) -> HoverflyVLAConfig:
     return mcfg
 
 
-def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig) -> _Frames:
-    """Decodes every episode once (images stay uint8; the processor resizes per batch)."""
+def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig, device: torch.device) -> _Frames:
+    """Decodes every episode once (images stay uint8, on `device`; the processor resizes per
+    batch there: on a GPU the host would otherwise be the bottleneck)."""
     images: dict[str, list] = {c: [] for c in mcfg.cameras}
     states, chunks, pads, task_ids, tasks = [], [], [], [], {}
     for e in ds.episodes:
@@ -152,7 +154,7 @@ def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig) -> _Frames:
     if not states:
         raise DatasetError(f"{ds.root}: total_episodes: the dataset has no episodes")
     return _Frames(
-        {c: np.concatenate(v) for c, v in images.items()},
+        {c: torch.from_numpy(np.concatenate(v)).to(device) for c, v in images.items()},
         np.concatenate(states),
         np.concatenate(chunks),
         np.concatenate(pads),
@@ -164,7 +166,8 @@ def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig) -> _Frames:
 def _batch(
     frames: _Frames, processor: HoverflyVLAProcessor, idx: np.ndarray, device: torch.device
 ) -> dict[str, torch.Tensor]:
-    images = {c: frames.images[c][idx] for c in processor.config.cameras}
+    rows = torch.as_tensor(idx, device=device)
+    images = {c: frames.images[c][rows] for c in processor.config.cameras}
     texts = [frames.tasks[i] for i in frames.task[idx]]
     batch = processor(images, frames.states[idx], texts, frames.chunks[idx])
     batch["action_is_pad"] = torch.from_numpy(frames.is_pad[idx])
@@ -281,11 +284,11 @@ class _Run:
             "dataset": _fingerprint(ds),
         }
         _check_same_run(out, record)
-        frames = _load_frames(ds, mcfg)
+        device = torch.device(cfg.device)
+        frames = _load_frames(ds, mcfg, device)
         stats = compute_norm_stats(
             frames.states, frames.chunks, cfg.norm_mode, cfg.action_representation
         )
-        device = torch.device(cfg.device)
         ss = np.random.SeedSequence(cfg.seed).spawn(3)  # init, batch order, flow noise
         init_gen = torch.Generator().manual_seed(int(ss[0].generate_state(1)[0]))
         model = HoverflyVLA(mcfg, generator=init_gen).to(device).train()
