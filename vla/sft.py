@@ -137,8 +137,8 @@ def _model_config(cfg: SFTConfig, ds: LeRobotDataset) -> HoverflyVLAConfig:
 
 
 def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig, device: torch.device) -> _Frames:
-    """Decodes every episode once (images stay uint8, on `device`; the processor resizes per
-    batch there: on a GPU the host would otherwise be the bottleneck)."""
+    """Decodes every episode once (images stay uint8, on `device`: batches are gathered and
+    resized there, not on the host)."""
     images: dict[str, list] = {c: [] for c in mcfg.cameras}
     states, chunks, pads, task_ids, tasks = [], [], [], [], {}
     for e in ds.episodes:
@@ -479,6 +479,7 @@ def _collect_config(env_info: dict[str, Any] | None):
     if not isinstance(env_info, dict) or "collect" not in env_info:
         raise DatasetError('meta/info.json: hoverfly: no "collect" settings to rebuild the env')
     raw = dict(env_info["collect"])
+    raw.setdefault("goals", "random")  # datasets written before the named targets had random goals
     names = {f.name for f in dataclasses.fields(CollectConfig)}
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
     return CollectConfig(**kwargs)

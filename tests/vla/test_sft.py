@@ -201,3 +201,16 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     # colours cycle with the env's position, as in the dataset: the repeated episode 0 (4th) differs
     assert replay["instructions"][:3] == [e.tasks[0] for e in episodes[:3]]
     np.testing.assert_allclose(replay["goals"], [e.metadata["goal"] for e in episodes], atol=1e-5)
+
+
+def test_env_settings_of_datasets_before_the_named_targets():
+    from vla.collect import CollectConfig, make_collect_env
+    from vla.sft import _collect_config
+
+    old = {"collect": {"episodes": 4, "image_size": [32, 32]}}  # no "goals": random goals
+    assert _collect_config(old).goals == "random"
+    assert _collect_config({"collect": {"goals": "targets"}}).goals == "targets"
+    env = make_collect_env(CollectConfig(goals="random")).unwrapped
+    assert env.config.init.goal_targets == ()
+    with pytest.raises(DatasetError, match="collect"):
+        _collect_config({"state_fields": []})
