@@ -132,16 +132,23 @@ class CollectConfig:
             raise ValueError(f"video images need an even size, got {self.image_size}")
 
 
-def make_collect_env(config: CollectConfig) -> Env:
-    """The env the demonstrations run in (pick-place, Cartesian actions)."""
+def collect_arm_config(config: CollectConfig) -> ArmConfig:
+    """The arm settings of the demonstrations' env (pick-place, Cartesian actions, the goals):
+    every env a policy trained on them runs in (closed-loop evaluation, RL, the residual's base)
+    is built from these."""
     targets = TARGETS if config.goals == "targets" else ()
-    arm = ArmConfig(
+    return ArmConfig(
         task="pick_place",
         action_space="cartesian",
         episode_steps=config.max_steps,
         init=InitConfig(goal_targets=targets),
     )
-    return make_env(config.task, arm, RandomizationConfig() if config.randomize else None)
+
+
+def make_collect_env(config: CollectConfig) -> Env:
+    """The env the demonstrations run in (`collect_arm_config`, randomized unless turned off)."""
+    randomization = RandomizationConfig() if config.randomize else None
+    return make_env(config.task, collect_arm_config(config), randomization)
 
 
 def goal_region(goal_xy: np.ndarray, center: tuple[float, float]) -> str:
@@ -411,6 +418,7 @@ __all__ = [
     "TARGETS",
     "CollectConfig",
     "collect",
+    "collect_arm_config",
     "episode_length",
     "goal_region",
     "instruction",

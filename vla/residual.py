@@ -259,12 +259,18 @@ register_base("vla", _registered_vla_base)
 # -- training ------------------------------------------------------------------------------------
 def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
     """The `algos` TrainConfig of a VLA residual run (saved as the run's config.json)."""
+    from vla.collect import collect_arm_config
     from vla.sft import _collect_config
 
     ckpt = resolve_checkpoint(cfg.checkpoint).resolve()
     ccfg = _collect_config(_env_info(ckpt))
+    if not ccfg.randomize:
+        raise ValueError(
+            f"{ckpt}: its demonstrations were collected without domain randomization; a residual "
+            "run trains under the arm's default randomization"
+        )
     steps = cfg.episode_steps or ccfg.max_steps
-    arm = manipulator.ArmConfig(task="pick_place", action_space="cartesian", episode_steps=steps)
+    arm = dataclasses.replace(collect_arm_config(ccfg), episode_steps=steps)
     seconds = steps * arm.ctrl_dt
     residual = ResidualConfig(
         base="vla", base_run=str(ckpt), scale=cfg.scale, augmentation=cfg.augmentation

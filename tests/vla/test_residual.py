@@ -24,7 +24,9 @@ from vla.checkpoint import save_checkpoint
 from vla.collect import (
     FAST_COMPILE,
     STATE_FIELDS,
+    TARGETS,
     CollectConfig,
+    collect_arm_config,
     goal_region,
     instruction,
     make_collect_env,
@@ -33,7 +35,7 @@ from vla.collect import (
 from vla.configuration_hoverfly_vla import TEST
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
-from vla.residual import make_vla_base
+from vla.residual import VLAResidualConfig, make_vla_base, residual_train_config
 from vla.sft import _plan
 
 pytestmark = [
@@ -46,20 +48,23 @@ B, T = 3, 8  # envs; steps (2 chunks of K = 4)
 COLLECT = CollectConfig(image_size=(32, 32), max_steps=12, colours=("red", "blue"))
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A random TEST-preset VLA for the arm (12 states, 4 actions) with the collect env info."""
+def _checkpoint(path, collect: CollectConfig):
+    """A random TEST-preset VLA for the arm (12 states, 4 actions) with `collect`'s env info."""
     config = TEST.replace(proprio_dim=12, action_dim=4)
     model = HoverflyVLA(config, torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(1)
     stats = compute_norm_stats(
         torch.randn(32, 12, generator=g), 0.3 * torch.randn(32, config.chunk_size, 4, generator=g)
     )
-    info = {"collect": dataclasses.asdict(COLLECT), "state_fields": list(STATE_FIELDS)}
-    path = tmp_path_factory.mktemp("vla") / "ckpt"
+    info = {"collect": dataclasses.asdict(collect), "state_fields": list(STATE_FIELDS)}
     return save_checkpoint(
         path, model, HoverflyVLAProcessor(config, stats), {"env_info": json.dumps(info)}
     )
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return _checkpoint(tmp_path_factory.mktemp("vla") / "ckpt", COLLECT)
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +183,12 @@ def test_the_vla_base_is_registered_for_run_folders():
         registered_base("no-such-base")
     with pytest.raises(ValueError, match="base_run"):
         ResidualConfig(base="vla").validate()
+
+
+def test_the_residual_trains_in_the_demonstrations_env(checkpoint, tmp_path):
+    cfg = residual_train_config(VLAResidualConfig(checkpoint=str(checkpoint), out=str(tmp_path)))
+    assert cfg.arm == collect_arm_config(COLLECT)  # the named goal targets, the episode length
+    assert cfg.arm.init.goal_targets == TARGETS and cfg.arm.episode_steps == COLLECT.max_steps
+    plain = _checkpoint(tmp_path / "plain", dataclasses.replace(COLLECT, randomize=False))
+    with pytest.raises(ValueError, match="without domain randomization"):
+        residual_train_config(VLAResidualConfig(checkpoint=str(plain), out=str(tmp_path)))
