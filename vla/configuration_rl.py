@@ -24,6 +24,14 @@ class RLConfig:
     """"ppo": clipped surrogate with GAE over chunks and the value head on the shared backbone;
     "grpo": group-relative outcome advantages, groups of `group_size` episodes started from
     identical simulator states, no critic."""
+    ratio: Literal["flow_noise", "fpo"] = "flow_noise"
+    """How rollouts sample chunks and the update scores them. "flow_noise": every Euler step is a
+    Gaussian transition with the learned std (πRL's Flow-Noise), one clipped ratio per denoising
+    step (DPPO's two-layer MDP); "fpo": the evaluation sampler (Euler ODE from random noise),
+    one clipped ratio exp(ℓ_old − ℓ_new) per (noise, time) draw of the chunk's flow-matching
+    error ℓ (FPO, McAllister et al. 2025)."""
+    fpo_draws: int = 8
+    """FPO: (noise, time) draws per chunk."""
     iterations: int = 40
     """Rollout + update rounds."""
     num_envs: int = 32
@@ -89,8 +97,11 @@ class RLConfig:
             raise ValueError("RLConfig.out: a run folder is required")
         if self.algo not in ("ppo", "grpo"):
             raise ValueError(f"RLConfig.algo: {self.algo!r} is not 'ppo' or 'grpo'")
+        if self.ratio not in ("flow_noise", "fpo"):
+            raise ValueError(f"RLConfig.ratio: {self.ratio!r} is not 'flow_noise' or 'fpo'")
         for name in (
             "iterations",
+            "fpo_draws",
             "num_envs",
             "group_size",
             "epochs",

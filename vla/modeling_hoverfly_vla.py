@@ -270,9 +270,8 @@ class HoverflyVLA(nn.Module):
         dev, dtype = actions.device, actions.dtype
         if noise is None:
             noise = torch.randn(actions.shape, generator=generator, device=dev, dtype=dtype)
-        if time is None:  # Beta(alpha, 1) by inverse CDF: u^(1 / alpha)
-            u = torch.rand((b,), generator=generator, device=dev, dtype=dtype)
-            time = 0.001 + 0.999 * u ** (1.0 / c.time_beta_alpha)
+        if time is None:
+            time = self.sample_time((b,), generator, dev, dtype)
         tt = time[:, None, None]
         x_t = tt * noise + (1.0 - tt) * actions
         target = noise - actions
@@ -283,6 +282,30 @@ class HoverflyVLA(nn.Module):
             return err.mean()
         valid = (~pad.to(torch.bool)).to(err.dtype)
         return (err * valid).sum() / valid.sum().clamp_min(1.0)
+
+    def sample_time(self, shape, generator=None, device=None, dtype=None) -> torch.Tensor:
+        """Flow times of training: 0.001 + 0.999 · Beta(alpha, 1), by inverse CDF (u^(1/alpha))."""
+        u = torch.rand(shape, generator=generator, device=device, dtype=dtype)
+        return 0.001 + 0.999 * u ** (1.0 / self.config.time_beta_alpha)
+
+    def flow_matching_errors(
+        self, cache: PrefixCache, actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
+        """Flow-matching error of each of M (noise, time) draws per chunk, [B, M]: the mean over
+        [H, A] of |v(x_t, t) − (noise − actions)|², x_t = t · noise + (1 − t) · actions, for
+        actions [B, H, A], noise [B, M, H, A], time [B, M] (FPO's per-draw loss; differentiable)."""
+        b, m = time.shape
+        rep = PrefixCache(
+            cache.keys.repeat_interleave(m, 1),
+            cache.values.repeat_interleave(m, 1),
+            cache.mask.repeat_interleave(m, 0),
+            cache.pooled.repeat_interleave(m, 0),
+        )
+        a = actions[:, None].expand_as(noise)
+        tt = time[..., None, None]
+        x_t = (tt * noise + (1.0 - tt) * a).flatten(0, 1)
+        v = self.denoise_step(rep, x_t, time.flatten())
+        return (v - (noise - a).flatten(0, 1)).pow(2).mean((-2, -1)).view(b, m)
 
     def value(self, obs: dict[str, torch.Tensor], cache: PrefixCache | None = None) -> torch.Tensor:
         """State value V(obs) [B] from the pooled prefix (the backbone is shared with the actor;
@@ -313,10 +336,12 @@ class HoverflyVLA(nn.Module):
         obs: dict[str, torch.Tensor],
         noise: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        cache: PrefixCache | None = None,
     ) -> torch.Tensor:
         """Deterministic Euler ODE integration from noise [B, H, A] (drawn from `generator` when
-        None) at t = 1 to an action chunk [B, H, A] (normalized units) at t = 0."""
-        cache = self.embed_prefix(obs)
+        None) at t = 1 to an action chunk [B, H, A] (normalized units) at t = 0. `cache`: the
+        prefix of `obs` when already embedded."""
+        cache = self.embed_prefix(obs) if cache is None else cache
         x = self._initial_noise(cache.mask.shape[0], noise, generator)
         for k in range(self.config.num_flow_steps):
             x = self._euler_mean(cache, x, k)
@@ -345,22 +370,22 @@ class HoverflyVLA(nn.Module):
         x_{k+1} ~ N(x_k + dt · v(x_k, t_k), σ²), σ = `noise_std()`.
 
         Returns actions [B, H, A] (= trajectory[:, -1]), the denoising trajectory
-        [B, N + 1, H, A] (x_0 = initial noise ... x_N) and the chunk log-probability [B]: the sum of
-        the N per-step Gaussian log-densities (the N(0, I) density of x_0 does not depend on the
-        parameters and is left out). `log_prob(obs, trajectory)` recomputes it exactly. `cache`:
-        the prefix of `obs` when already embedded.
+        [B, N + 1, H, A] (x_0 = initial noise ... x_N) and the log-probability of each of the N
+        Gaussian transitions [B, N] (their sum is the chunk's; the N(0, I) density of x_0 does not
+        depend on the parameters and is left out). `log_prob(obs, trajectory)` recomputes them
+        exactly. `cache`: the prefix of `obs` when already embedded.
         """
         cache = self.embed_prefix(obs) if cache is None else cache
         x = self._initial_noise(cache.mask.shape[0], noise, generator)
         std = self.noise_std()
-        traj, logp = [x], torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        traj, logp = [x], []
         for k in range(self.config.num_flow_steps):
             mean = self._euler_mean(cache, x, k)
             eps = torch.randn(mean.shape, generator=generator, device=x.device, dtype=x.dtype)
             x = mean + std * eps
-            logp = logp + self._gaussian_logp(x, mean, std)
+            logp.append(self._gaussian_logp(x, mean, std))
             traj.append(x)
-        return x, torch.stack(traj, dim=1), logp
+        return x, torch.stack(traj, dim=1), torch.stack(logp, dim=1)
 
     def log_prob(
         self,
@@ -368,9 +393,9 @@ class HoverflyVLA(nn.Module):
         trajectory: torch.Tensor,
         cache: PrefixCache | None = None,
     ) -> torch.Tensor:
-        """Chunk log-probability [B] of a recorded flow-noise trajectory [B, N + 1, H, A] under the
-        current parameters (differentiable; same step order as `sample_with_logprob`). `cache`:
-        the prefix of `obs` when already embedded (e.g. shared with `value`)."""
+        """Log-probability of each of the N transitions [B, N] of a recorded flow-noise trajectory
+        [B, N + 1, H, A] under the current parameters (differentiable; as `sample_with_logprob`).
+        `cache`: the prefix of `obs` when already embedded (e.g. shared with `value`)."""
         c = self.config
         shape = (c.num_flow_steps + 1, c.chunk_size, c.action_dim)
         if trajectory.dim() != 4 or tuple(trajectory.shape[1:]) != shape:
@@ -379,11 +404,11 @@ class HoverflyVLA(nn.Module):
             )
         cache = self.embed_prefix(obs) if cache is None else cache
         std = self.noise_std()
-        logp = torch.zeros(trajectory.shape[0], dtype=trajectory.dtype, device=trajectory.device)
+        logp = []
         for k in range(c.num_flow_steps):
             mean = self._euler_mean(cache, trajectory[:, k].contiguous(), k)
-            logp = logp + self._gaussian_logp(trajectory[:, k + 1], mean, std)
-        return logp
+            logp.append(self._gaussian_logp(trajectory[:, k + 1], mean, std))
+        return torch.stack(logp, dim=1)
 
 
 def num_parameters(config: HoverflyVLAConfig) -> int:

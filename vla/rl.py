@@ -1,9 +1,18 @@
 """On-policy RL post-training of the compact VLA on action chunks in the MJX arm simulator.
 
 The policy acts once per chunk: it sees the rendered cameras, the instruction and the proprio
-state, samples a chunk with the flow-noise sampler (each of the N Euler steps is a Gaussian
-transition with the learned std, so the chunk log-probability is exact and recomputable: πRL,
-Chen et al. 2025, "Flow-Noise"), and the env executes its first K actions.
+state, samples a chunk, and the env executes its first K actions. Two ways to sample and score a
+chunk (`RLConfig.ratio`):
+
+- "flow_noise": each of the N Euler steps is a Gaussian transition with the learned std, so the
+  log-probability of every step is exact and recomputable (πRL, Chen et al. 2025, "Flow-Noise").
+  The update clips one ratio per denoising step (DPPO, Ren et al. 2024: the denoising chain as
+  an inner MDP), not the product over the chain: a shift of the mean that moves the chunk's
+  log-probability by ε over its N · H · A Gaussian terms would otherwise saturate the clip.
+- "fpo": the chunk is the evaluation sampler's (Euler ODE from random noise: training explores
+  with the policy that is evaluated); its score is minus the flow-matching error ℓ of M random
+  (noise, time) draws, and the update clips one ratio exp(ℓ_old − ℓ_new) per draw (Flow Policy
+  Optimization, McAllister et al. 2025: ℓ bounds the log-likelihood up to a constant).
 
 - PPO (Schulman et al. 2017) over chunks: GAE on the chunk-level rewards with the value head on
   the shared prefix backbone (RL4VLA: a shared actor-critic), clipped ratio with "clip-higher"
@@ -15,7 +24,8 @@ Chen et al. 2025, "Flow-Noise"), and the env executes its first K actions.
   to every gradient step so the policy does not forget its demonstrations.
 - Monitors per iteration: approximate KL(old ‖ new) (k3 estimator, Schulman 2020) — also the early
   stop of an iteration's updates (`target_kl`) —, KL(policy ‖ the initial SFT policy) on the
-  rollout's chunks, the per-dimension entropy of the flow noise, the clip fraction.
+  rollout's chunks, both per ratio term (denoising step or FPO draw), the per-dimension entropy of
+  the flow noise (flow_noise), the clip fraction.
 
 Rewards: 1 at the chunk that ends a successful episode (`vla.collect` success: the cube at the goal
 and still there `hold_steps` later) + `dense_reward_coef` × the env's shaped reward of the
@@ -162,9 +172,11 @@ def compute_policy_loss(
     clip_low: float,
     clip_high: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate over chunks (all [M]):
+    """Clipped surrogate over chunks: logp, logp_old [M] or [M, S] (S ratio terms per chunk, each
+    clipped on its own), adv [M]:
     L = −mean min(ρ A, clip(ρ, 1 − clip_low, 1 + clip_high) A), ρ = exp(logp − logp_old).
     Also returns approx_kl = mean((ρ − 1) − log ρ) (k3, KL(old ‖ new)) and clip_frac."""
+    adv = adv.reshape(adv.shape + (1,) * (logp.dim() - adv.dim()))
     log_ratio = logp - logp_old
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -183,6 +195,42 @@ def _kl_k3(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     return (log_r.exp() - 1.0 - log_r).mean()
 
 
+def _sample_chunk(
+    model: HoverflyVLA,
+    batch: dict[str, torch.Tensor],
+    cache,
+    generator: torch.Generator,
+    ratio: str,
+    draws: int,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """A chunk [B, H, A] (normalized), what `_score` needs to score it again {name: [B, ...]}, and
+    its score [B, S] (`RLConfig.ratio`)."""
+    if ratio == "flow_noise":
+        chunk, trajectory, logp = model.sample_with_logprob(batch, generator, cache=cache)
+        return chunk, {"trajectory": trajectory}, logp
+    chunk = model.sample_actions(batch, generator=generator, cache=cache)
+    b, dev = chunk.shape[0], chunk.device
+    noise = torch.randn((b, draws, *chunk.shape[1:]), generator=generator, device=dev)
+    record = {
+        "actions": chunk,
+        "noise": noise,
+        "time": model.sample_time((b, draws), generator, dev, chunk.dtype),
+    }
+    with torch.no_grad():
+        return chunk, record, _score(model, batch, record, cache)
+
+
+def _score(
+    model: HoverflyVLA, batch: dict[str, torch.Tensor], record: dict[str, torch.Tensor], cache=None
+) -> torch.Tensor:
+    """Score [B, S] of recorded chunks (differentiable): the log-probability of each denoising
+    step (flow_noise) or minus the flow-matching error of each draw (fpo)."""
+    cache = model.embed_prefix(batch) if cache is None else cache
+    if "trajectory" in record:
+        return model.log_prob(batch, record["trajectory"], cache)
+    return -model.flow_matching_errors(cache, record["actions"], record["noise"], record["time"])
+
+
 def _noise_entropy(model: HoverflyVLA) -> float:
     """Entropy per dimension of one flow-noise transition: mean_a ½ log(2πe σ_a²)."""
     std = model.noise_std().detach()
@@ -193,14 +241,15 @@ def _noise_entropy(model: HoverflyVLA) -> float:
 @dataclass
 class _Rollout:
     """One iteration's episodes, chunk-major per env: images uint8 [B, T, h, W · cams, 3] (the
-    cameras side by side), proprio [B, T, Ds] (raw), texts [B], trajectory [B, T, N + 1, H, A],
-    logp / value / reward / mask [B, T], success [B], env_steps (executed in valid chunks),
+    cameras side by side), proprio [B, T, Ds] (raw), texts [B], sample {name: [B, T, ...]} (what
+    `_score` needs), logp [B, T, S] (the chunks' scores), value / reward / mask [B, T],
+    success [B], env_steps (executed in valid chunks),
     seconds {"render", "model", "sim"} (wall time of each part; `sim` includes the transfers)."""
 
     images: np.ndarray
     proprio: np.ndarray
     texts: list[str]
-    trajectory: torch.Tensor
+    sample: dict[str, torch.Tensor]
     logp: torch.Tensor
     value: torch.Tensor
     reward: torch.Tensor
@@ -220,9 +269,12 @@ def _rollout(
     max_steps: int | None,
     dense_coef: float,
     compiler_options: tuple = (),
+    ratio: str = "flow_noise",
+    draws: int = 8,
 ) -> _Rollout:
-    """`n_envs` episodes with the flow-noise sampler, in groups of `group` envs reset from the same
-    key (group 1: all different). Randomness (reset states, noise) from `seed`."""
+    """`n_envs` episodes with the sampler of `ratio` (`draws`: FPO's draws per chunk), in groups
+    of `group` envs reset from the same key (group 1: all different). Randomness (reset states,
+    noise) from `seed`."""
     import jax
     import jax.numpy as jnp
 
@@ -253,7 +305,7 @@ def _rollout(
     ]
     h, w = ccfg.image_size
     steps: dict[str, list] = {"success": [], "done": [], "reward": []}
-    chunks: dict[str, list] = {k_: [] for k_ in ("images", "proprio", "traj", "logp", "value")}
+    chunks: dict[str, list] = {k_: [] for k_ in ("images", "proprio", "sample", "logp", "value")}
     seconds = {"render": 0.0, "model": 0.0, "sim": 0.0}
     clock = time.perf_counter()
 
@@ -277,7 +329,7 @@ def _rollout(
             with torch.no_grad():
                 cache = model.embed_prefix(batch)
                 value = model.value(batch, cache)
-                chunk, traj, logp = model.sample_with_logprob(batch, noise_gen, cache=cache)
+                chunk, record, logp = _sample_chunk(model, batch, cache, noise_gen, ratio, draws)
             actions = processor.actions_from_model(chunk.cpu(), proprio)[:, :k]
             lap("model")
             actions = jnp.asarray(actions.clamp(-1.0, 1.0).transpose(0, 1).numpy())  # [K, B, A]
@@ -286,7 +338,9 @@ def _rollout(
                 steps[key_].append(np.asarray(v))
             lap("sim")
             for key_, v in zip(
-                chunks, (images, proprio.numpy(), traj.cpu(), logp.cpu(), value.cpu()), strict=True
+                chunks,
+                (images, proprio.numpy(), _cpu(record), logp.cpu(), value.cpu()),
+                strict=True,
             ):
                 chunks[key_].append(v)
             t += k
@@ -309,7 +363,7 @@ def _rollout(
         images=np.stack(chunks["images"], 1),
         proprio=np.stack(chunks["proprio"], 1),
         texts=texts,
-        trajectory=torch.stack(chunks["traj"], 1),
+        sample={n: torch.stack([r[n] for r in chunks["sample"]], 1) for n in chunks["sample"][0]},
         logp=torch.stack(chunks["logp"], 1),
         value=torch.stack(chunks["value"], 1),
         reward=torch.as_tensor(reward, dtype=torch.float32),
@@ -318,6 +372,10 @@ def _rollout(
         env_steps=int(lengths.sum()),
         seconds=seconds,
     )
+
+
+def _cpu(record: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: v.cpu() for name, v in record.items()}
 
 
 def _model_batch(
@@ -440,6 +498,8 @@ class _Run:
             cfg.max_steps,
             cfg.dense_reward_coef,
             self.compiler_options,
+            cfg.ratio,
+            cfg.fpo_draws,
         )
         t1 = time.perf_counter()
         if cfg.algo == "ppo":
@@ -465,7 +525,7 @@ class _Run:
             "env_steps": ro.env_steps,
             "groups_kept": groups_kept,
             "kl_ref": kl_ref,
-            "entropy": _noise_entropy(self.model),
+            "entropy": _noise_entropy(self.model) if cfg.ratio == "flow_noise" else math.nan,
             "rollout_s": t1 - t0,
             "render_s": ro.seconds["render"],
             "model_s": ro.seconds["model"],
@@ -484,13 +544,16 @@ class _Run:
             bi, ti = b_idx[s : s + self.cfg.minibatch_size], t_idx[s : s + self.cfg.minibatch_size]
             batch = self._batch(ro, bi, ti)
             with torch.no_grad():
-                logp_ref = self.reference.log_prob(batch, ro.trajectory[bi, ti].to(self._dev))
+                logp_ref = _score(self.reference, batch, self._record(ro, bi, ti))
             total += float(_kl_k3(ro.logp[bi, ti].to(self._dev), logp_ref)) * len(bi)
         return total / max(n, 1)
 
     @property
     def _dev(self) -> torch.device:
         return self.model.patch_pos.device
+
+    def _record(self, ro: _Rollout, bi: torch.Tensor, ti: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {name: v[bi, ti].to(self._dev) for name, v in ro.sample.items()}
 
     def _batch(self, ro: _Rollout, bi: torch.Tensor, ti: torch.Tensor) -> dict[str, torch.Tensor]:
         bi_np, ti_np = bi.numpy(), ti.numpy()
@@ -532,7 +595,7 @@ class _Run:
                 stats = {"approx_kl": torch.zeros(()), "clip_frac": torch.zeros(())}
                 policy_loss = torch.zeros(())
                 if not warmup:
-                    logp = model.log_prob(batch, ro.trajectory[bi, ti].to(dev), cache)
+                    logp = _score(model, batch, self._record(ro, bi, ti), cache)
                     policy_loss, stats = compute_policy_loss(
                         logp,
                         ro.logp[bi, ti].to(dev),

@@ -172,7 +172,8 @@ def test_flow_noise_log_prob_recomputes_exactly_and_has_gradients():
     model = _model()
     obs = observation(make_batch(c, 3))
     actions, traj, logp = model.sample_with_logprob(obs, torch.Generator().manual_seed(1))
-    assert actions.shape == (3, c.chunk_size, c.action_dim) and logp.shape == (3,)
+    assert actions.shape == (3, c.chunk_size, c.action_dim)
+    assert logp.shape == (3, c.num_flow_steps)  # one log-probability per denoising step
     assert traj.shape == (3, c.num_flow_steps + 1, c.chunk_size, c.action_dim)
     assert torch.equal(traj[:, -1], actions)
     recomputed = model.log_prob(obs, traj)
@@ -184,7 +185,7 @@ def test_flow_noise_log_prob_recomputes_exactly_and_has_gradients():
     # a different trajectory has a different (lower: it is off the sampled noise) density
     moved = traj.clone()
     moved[:, 1:] += 0.5
-    assert (model.log_prob(obs, moved) < logp).all()
+    assert (model.log_prob(obs, moved).sum(1) < logp.sum(1)).all()
 
 
 def test_flow_noise_log_prob_matches_gaussian_formula():
@@ -197,7 +198,28 @@ def test_flow_noise_log_prob_matches_gaussian_formula():
         cache = model.embed_prefix(obs)
         mean = traj[:, 0] - model.denoise_step(cache, traj[:, 0], torch.ones(2))
         ref = torch.distributions.Normal(mean, model.noise_std()).log_prob(traj[:, 1]).sum((1, 2))
-    torch.testing.assert_close(logp, ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(logp[:, 0], ref, rtol=1e-5, atol=1e-4)
+
+
+def test_flow_matching_errors_match_the_training_loss():
+    """FPO's per-draw error equals `flow_matching_loss` on the same (noise, time), draw by draw."""
+    c = TEST
+    model = _model()
+    batch = make_batch(c, 3)
+    obs = observation(batch)
+    gen = torch.Generator().manual_seed(3)
+    noise = torch.randn((3, 2, c.chunk_size, c.action_dim), generator=gen)
+    time = model.sample_time((3, 2), gen)
+    assert ((time > 0) & (time < 1)).all()
+    errors = model.flow_matching_errors(model.embed_prefix(obs), batch["actions"], noise, time)
+    assert errors.shape == (3, 2)
+    for i in range(3):
+        for j in range(2):
+            one = {k: v[i : i + 1] for k, v in batch.items() if k != "action_is_pad"}
+            ref = model.flow_matching_loss(one, noise=noise[i, j][None], time=time[i, j][None])
+            torch.testing.assert_close(errors[i, j], ref, rtol=1e-5, atol=1e-6)
+    errors.sum().backward()
+    assert model.action_out.weight.grad.abs().sum() > 0
 
 
 def test_value_head():

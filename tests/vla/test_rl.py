@@ -14,6 +14,7 @@ from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
 from vla.rl import (
     _rollout,
+    _score,
     compute_gae,
     compute_group_advantages,
     compute_policy_loss,
@@ -72,6 +73,11 @@ def test_clipped_loss_and_kl():
     assert float(stats["clip_frac"]) == pytest.approx(2 / 3)
     k3 = ((math.e - 1 - 1) + (math.exp(-1) - 1 + 1)) / 3
     assert float(stats["approx_kl"]) == pytest.approx(k3, rel=1e-6)
+    # S ratio terms per chunk are clipped one by one, each with its chunk's advantage
+    logp2 = torch.stack([same, logp], 1)
+    loss2, stats2 = compute_policy_loss(logp2, torch.stack([same, same], 1), adv, 0.2, 0.28)
+    assert float(loss2) == pytest.approx((-float(adv.mean()) + float(loss)) / 2, rel=1e-6)
+    assert float(stats2["clip_frac"]) == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize(
@@ -124,14 +130,18 @@ def _learning(rows) -> list[dict[str, str]]:
     return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows]
 
 
-def test_rollout_logprob_is_recomputed_exactly(sft_run):
+@pytest.mark.parametrize("ratio", ["flow_noise", "fpo"])
+def test_rollout_scores_are_recomputed_exactly(sft_run, ratio):
     model, processor = load_checkpoint(sorted((sft_run / "sft" / "checkpoints").iterdir())[-1])
     import json
 
     ckpt = sorted((sft_run / "sft" / "checkpoints").iterdir())[-1]
     env_info = json.loads(load_train_state(ckpt)["env_info"])
-    ro = _rollout(model.eval(), processor, env_info, 4, 2, 7, 8, 0.0, tuple(FAST_COMPILE.items()))
-    assert ro.trajectory.shape[:2] == ro.mask.shape == (4, 2)
+    opts = tuple(FAST_COMPILE.items())
+    ro = _rollout(model.eval(), processor, env_info, 4, 2, 7, 8, 0.0, opts, ratio, 3)
+    c = model.config
+    terms = c.num_flow_steps if ratio == "flow_noise" else 3
+    assert ro.logp.shape == (4, 2, terms) and ro.mask.shape == (4, 2)
     assert ro.texts[0] == ro.texts[1] and ro.texts[2] == ro.texts[3]  # groups share a reset
     np.testing.assert_array_equal(ro.proprio[0, 0], ro.proprio[1, 0])
     w = ro.images.shape[3] // 2
@@ -143,10 +153,13 @@ def test_rollout_logprob_is_recomputed_exactly(sft_run):
             ro.texts,
         ).items()
     }
+    record = {name: v[:, 0] for name, v in ro.sample.items()}
     with torch.no_grad():
-        logp = model.log_prob(batch, ro.trajectory[:, 0])
+        logp = _score(model, batch, record)
     torch.testing.assert_close(logp, ro.logp[:, 0], atol=1e-3, rtol=1e-5)
-    assert not torch.equal(ro.trajectory[0, 0], ro.trajectory[1, 0])  # independent noise
+    chunk = record["trajectory"][:, -1] if ratio == "flow_noise" else record["actions"]
+    assert chunk.shape == (4, c.chunk_size, c.action_dim)
+    assert not torch.equal(chunk[0], chunk[1])  # independent noise
 
 
 def test_ppo_run_logs_evaluates_and_resumes_after_a_kill(sft_run, tmp_path):
@@ -178,11 +191,13 @@ def test_ppo_run_logs_evaluates_and_resumes_after_a_kill(sft_run, tmp_path):
         train_rl(_cfg(sft_run, tmp_path / "killed", lr=1.0), progress=False)
 
 
-def test_grpo_with_sft_anchor(sft_run, demo_dataset, tmp_path):
+def test_grpo_fpo_with_sft_anchor(sft_run, demo_dataset, tmp_path):
     cfg = _cfg(
         sft_run,
         tmp_path / "grpo",
         algo="grpo",
+        ratio="fpo",
+        fpo_draws=2,
         group_size=2,
         iterations=1,
         dynamic_sampling=False,
@@ -193,3 +208,4 @@ def test_grpo_with_sft_anchor(sft_run, demo_dataset, tmp_path):
     (row,) = _rows(tmp_path / "grpo" / "metrics.csv")
     assert float(row["sft_loss"]) > 0 and float(row["value_loss"]) == 0.0
     assert int(row["updates"]) >= 1 and float(row["groups_kept"]) == 1.0
+    assert float(row["approx_kl"]) > 0 and math.isnan(float(row["entropy"]))
