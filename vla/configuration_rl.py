@@ -28,8 +28,8 @@ class RLConfig:
     """How rollouts sample chunks and the update scores them. "flow_noise": every Euler step is a
     Gaussian transition with the learned std (πRL's Flow-Noise), one clipped ratio per denoising
     step (DPPO's two-layer MDP); "fpo": the evaluation sampler (Euler ODE from random noise),
-    one clipped ratio exp(ℓ_old − ℓ_new) per (noise, time) draw of the chunk's flow-matching
-    error ℓ (FPO, McAllister et al. 2025)."""
+    one clipped ratio exp(ℓ_old − ℓ_new) per (noise, time) draw of the flow-matching error ℓ of
+    the chunk's executed actions (FPO, McAllister et al. 2025)."""
     fpo_draws: int = 8
     """FPO: (noise, time) draws per chunk."""
     iterations: int = 40

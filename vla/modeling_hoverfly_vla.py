@@ -289,11 +289,17 @@ class HoverflyVLA(nn.Module):
         return 0.001 + 0.999 * u ** (1.0 / self.config.time_beta_alpha)
 
     def flow_matching_errors(
-        self, cache: PrefixCache, actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+        self,
+        cache: PrefixCache,
+        actions: torch.Tensor,
+        noise: torch.Tensor,
+        time: torch.Tensor,
+        steps: int | None = None,
     ) -> torch.Tensor:
         """Flow-matching error of each of M (noise, time) draws per chunk, [B, M]: the mean over
-        [H, A] of |v(x_t, t) − (noise − actions)|², x_t = t · noise + (1 − t) · actions, for
-        actions [B, H, A], noise [B, M, H, A], time [B, M] (FPO's per-draw loss; differentiable)."""
+        the chunk's first `steps` actions (None: all H) and A of |v(x_t, t) − (noise − actions)|²,
+        x_t = t · noise + (1 − t) · actions, for actions [B, H, A], noise [B, M, H, A], time
+        [B, M] (FPO's per-draw loss; differentiable)."""
         b, m = time.shape
         rep = PrefixCache(
             cache.keys.repeat_interleave(m, 1),
@@ -305,7 +311,8 @@ class HoverflyVLA(nn.Module):
         tt = time[..., None, None]
         x_t = (tt * noise + (1.0 - tt) * a).flatten(0, 1)
         v = self.denoise_step(rep, x_t, time.flatten())
-        return (v - (noise - a).flatten(0, 1)).pow(2).mean((-2, -1)).view(b, m)
+        err = (v - (noise - a).flatten(0, 1))[:, :steps]
+        return err.pow(2).mean((-2, -1)).view(b, m)
 
     def value(self, obs: dict[str, torch.Tensor], cache: PrefixCache | None = None) -> torch.Tensor:
         """State value V(obs) [B] from the pooled prefix (the backbone is shared with the actor;

@@ -11,8 +11,9 @@ chunk (`RLConfig.ratio`):
   log-probability by ε over its N · H · A Gaussian terms would otherwise saturate the clip.
 - "fpo": the chunk is the evaluation sampler's (Euler ODE from random noise: training explores
   with the policy that is evaluated); its score is minus the flow-matching error ℓ of M random
-  (noise, time) draws, and the update clips one ratio exp(ℓ_old − ℓ_new) per draw (Flow Policy
-  Optimization, McAllister et al. 2025: ℓ bounds the log-likelihood up to a constant).
+  (noise, time) draws over the K executed actions (the rest never reach the env), and the update
+  clips one ratio exp(ℓ_old − ℓ_new) per draw (Flow Policy Optimization, McAllister et al. 2025:
+  ℓ bounds the log-likelihood up to a constant).
 
 - PPO (Schulman et al. 2017) over chunks: GAE on the chunk-level rewards with the value head on
   the shared prefix backbone (RL4VLA: a shared actor-critic), clipped ratio with "clip-higher"
@@ -228,7 +229,8 @@ def _score(
     cache = model.embed_prefix(batch) if cache is None else cache
     if "trajectory" in record:
         return model.log_prob(batch, record["trajectory"], cache)
-    return -model.flow_matching_errors(cache, record["actions"], record["noise"], record["time"])
+    noise, time, k = record["noise"], record["time"], model.config.n_action_steps
+    return -model.flow_matching_errors(cache, record["actions"], noise, time, steps=k)
 
 
 def _noise_entropy(model: HoverflyVLA) -> float:

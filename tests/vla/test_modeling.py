@@ -218,6 +218,12 @@ def test_flow_matching_errors_match_the_training_loss():
             one = {k: v[i : i + 1] for k, v in batch.items() if k != "action_is_pad"}
             ref = model.flow_matching_loss(one, noise=noise[i, j][None], time=time[i, j][None])
             torch.testing.assert_close(errors[i, j], ref, rtol=1e-5, atol=1e-6)
+    # the first `steps` actions only: the padded tail of the chunk does not count
+    head = model.flow_matching_errors(model.embed_prefix(obs), batch["actions"], noise, time, 2)
+    pad = torch.arange(c.chunk_size)[None].expand(3, -1) >= 2
+    one = {k: v[:1] for k, v in batch.items()} | {"action_is_pad": pad[:1]}
+    ref = model.flow_matching_loss(one, noise=noise[0, 1][None], time=time[0, 1][None])
+    torch.testing.assert_close(head[0, 1], ref, rtol=1e-5, atol=1e-6)
     errors.sum().backward()
     assert model.action_out.weight.grad.abs().sum() > 0
 
