@@ -272,16 +272,21 @@ class HoverflyVLA(nn.Module):
             noise = torch.randn(actions.shape, generator=generator, device=dev, dtype=dtype)
         if time is None:
             time = self.sample_time((b,), generator, dev, dtype)
-        tt = time[:, None, None]
-        x_t = tt * noise + (1.0 - tt) * actions
-        target = noise - actions
-        v = self.denoise_step(self.embed_prefix(batch), x_t, time)
-        err = (v - target).pow(2).mean(-1)  # [B, H]
+        err = self._action_errors(self.embed_prefix(batch), actions, noise, time)
         pad = batch.get("action_is_pad")
         if pad is None:
             return err.mean()
         valid = (~pad.to(torch.bool)).to(err.dtype)
         return (err * valid).sum() / valid.sum().clamp_min(1.0)
+
+    def _action_errors(
+        self, cache: PrefixCache, actions: torch.Tensor, noise: torch.Tensor, time: torch.Tensor
+    ) -> torch.Tensor:
+        """|v(x_t, t) − (noise − actions)|² averaged over A, [B, H]: x_t = t · noise + (1 − t) ·
+        actions for actions, noise [B, H, A] and time [B]."""
+        tt = time[:, None, None]
+        v = self.denoise_step(cache, tt * noise + (1.0 - tt) * actions, time)
+        return (v - (noise - actions)).pow(2).mean(-1)
 
     def sample_time(self, shape, generator=None, device=None, dtype=None) -> torch.Tensor:
         """Flow times of training: 0.001 + 0.999 · Beta(alpha, 1), by inverse CDF (u^(1/alpha))."""
@@ -307,12 +312,9 @@ class HoverflyVLA(nn.Module):
             cache.mask.repeat_interleave(m, 0),
             cache.pooled.repeat_interleave(m, 0),
         )
-        a = actions[:, None].expand_as(noise)
-        tt = time[..., None, None]
-        x_t = (tt * noise + (1.0 - tt) * a).flatten(0, 1)
-        v = self.denoise_step(rep, x_t, time.flatten())
-        err = (v - (noise - a).flatten(0, 1))[:, :steps]
-        return err.pow(2).mean((-2, -1)).view(b, m)
+        a = actions[:, None].expand_as(noise).flatten(0, 1)
+        err = self._action_errors(rep, a, noise.flatten(0, 1), time.flatten())
+        return err[:, :steps].mean(-1).view(b, m)
 
     def value(self, obs: dict[str, torch.Tensor], cache: PrefixCache | None = None) -> torch.Tensor:
         """State value V(obs) [B] from the pooled prefix (the backbone is shared with the actor;

@@ -341,7 +341,13 @@ def _rollout(
             lap("sim")
             for key_, v in zip(
                 chunks,
-                (images, proprio.numpy(), _cpu(record), logp.cpu(), value.cpu()),
+                (
+                    images,
+                    proprio.numpy(),
+                    {n: v.cpu() for n, v in record.items()},
+                    logp.cpu(),
+                    value.cpu(),
+                ),
                 strict=True,
             ):
                 chunks[key_].append(v)
@@ -374,10 +380,6 @@ def _rollout(
         env_steps=int(lengths.sum()),
         seconds=seconds,
     )
-
-
-def _cpu(record: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {name: v.cpu() for name, v in record.items()}
 
 
 def _model_batch(
