@@ -12,7 +12,7 @@ import numpy as np
 
 from algos.presets import EvalConfig
 from algos.run_folder import atomic_write
-from sim import Env
+from sim import Env, ObservationSubset
 from sim.wrappers import batch_where
 
 
@@ -30,7 +30,9 @@ def rollout(
     `position_error` (m), `done` (1 from the termination step on), `position` [T, B, 3] (the
     env's `tracked_position`), and `success` for envs whose metrics have a success flag (arms);
     with `record_obs`, also `obs` [T, B, obs] (what the policy saw) and `action` [T, B, A].
+    Only the actor's observation is computed (`ObservationSubset`).
     """
+    env = ObservationSubset(env)
     key_reset, key_run = jax.random.split(key)
     state = jax.vmap(env.reset)(jax.random.split(key_reset, episodes))
 

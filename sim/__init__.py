@@ -10,7 +10,13 @@ import dataclasses
 from sim import manipulator
 from sim.env import Env, State, Wrapper
 from sim.quadrotor import DomainRandomization, QuadrotorConfig, QuadrotorEnv, RandomizationConfig
-from sim.wrappers import AutoResetWrapper, EpisodeWrapper, VmapWrapper, wrap_for_training
+from sim.wrappers import (
+    AutoResetWrapper,
+    EpisodeWrapper,
+    ObservationSubset,
+    VmapWrapper,
+    wrap_for_training,
+)
 
 TASKS = {
     "quadrotor-hover": "hover",
@@ -66,6 +72,7 @@ __all__ = [
     "AutoResetWrapper",
     "Env",
     "EpisodeWrapper",
+    "ObservationSubset",
     "State",
     "VmapWrapper",
     "Wrapper",

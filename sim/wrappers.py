@@ -4,6 +4,12 @@ Order: `AutoResetWrapper(VmapWrapper(EpisodeWrapper(env)))`; everything inside t
 unbatched, auto-reset works on the batch so that it resets only the finished envs. It draws a
 *fresh* initial state (new key from `info["rng"]`) instead of replaying the first one, and carries
 `info["progress"]` (the curriculum) across resets.
+
+Batch axis: first by default (`[B, ...]` leaves, brax's and the trainers' layout). With
+`batch_axis=-1` every leaf is `[..., B]` and actions are `[A, B]`: an observation `[F, B]` is then
+written as F contiguous rows from the structure-of-arrays state instead of being transposed into
+`[B, F]` rows, which on a GPU reads 32 arrays per warp (README, "Simulator throughput"). A policy
+reads it with `jax.vmap(policy, in_axes=-1, out_axes=-1)`.
 """
 
 from __future__ import annotations
@@ -69,9 +75,10 @@ class AutoResetWrapper(Wrapper):
         "last_length",
     )
 
-    def __init__(self, env: Env, chunk_size: int | None = None):
+    def __init__(self, env: Env, chunk_size: int | None = None, batch_axis: int = 0):
         super().__init__(env)
         self.chunk_size = chunk_size  # envs reset per loop trip; None: max(32, B // 64), ≤ B
+        self.batch_axis = _check_batch_axis(batch_axis)
 
     def reset(self, rng: jax.Array) -> State:
         state = self.env.reset(rng)
@@ -94,6 +101,7 @@ class AutoResetWrapper(Wrapper):
         done = nstate.done > 0
         n = done.shape[0]
         k = self._chunk(n)
+        at = () if self.batch_axis == 0 else (Ellipsis,)  # index the batch axis
         keys = jax.vmap(threefry.split)(nstate.info["rng"])  # [B, 2] keys
         rng, key_reset = keys[:, 0], keys[:, 1]
 
@@ -105,7 +113,7 @@ class AutoResetWrapper(Wrapper):
             def put(a, b):
                 if a.shape == jnp.shape(b):  # no batch axis (K ≠ B): MJX-Warp's shared contact pool
                     return a
-                return a.at[idx].set(b, mode="drop")
+                return a.at[(*at, idx)].set(b, mode="drop")
 
             data = jax.tree.map(put, data, fresh.data)
             obs = jax.tree.map(put, obs, fresh.obs)
@@ -129,6 +137,32 @@ class AutoResetWrapper(Wrapper):
         return nstate.replace(data=data, obs=obs, info=info)
 
 
+class ObservationSubset(Wrapper):
+    """Keeps only the observation groups in `keep` (unbatched or batched alike).
+
+    A group nothing reads is then dead code that XLA removes: APG's window and the evaluation
+    rollouts carry no critic, so they drop the privileged observation (72 of the quadrotor's 122
+    observed values per step) instead of computing it on every step and carrying it.
+    """
+
+    def __init__(self, env: Env, keep: tuple[str, ...] = ("state",)):
+        super().__init__(env)
+        self.keep = keep
+
+    def _subset(self, state: State) -> State:
+        return state.replace(obs={k: state.obs[k] for k in self.keep})
+
+    def reset(self, rng: jax.Array) -> State:
+        return self._subset(self.env.reset(rng))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        return self._subset(self.env.step(state, action))
+
+    @property
+    def observation_size(self) -> dict[str, tuple[int, ...]]:
+        return {k: v for k, v in self.env.observation_size.items() if k in self.keep}
+
+
 def batch_where(mask: jax.Array, new, old):
     """Per-env select over batched pytrees: each leaf [B, ...] is `new` where `mask` [B], else
     `old`. A leaf without the batch axis (MJX-Warp's contact pool, one for the whole batch and
@@ -143,16 +177,31 @@ def batch_where(mask: jax.Array, new, old):
     return jax.tree.map(select, new, old)
 
 
+def _check_batch_axis(batch_axis: int) -> int:
+    if batch_axis not in (0, -1):
+        raise ValueError(f"batch_axis must be 0 (first) or -1 (last), got {batch_axis}")
+    return batch_axis
+
+
 class VmapWrapper(Wrapper):
-    """Batches reset and step over a leading axis: `reset([B] keys)`, `step(state, [B, A])`."""
+    """Batches reset and step: `reset([B] keys)`, `step(state, action)`; every state leaf and the
+    action carry the batch on `batch_axis`: first (`[B, ...]`, `[B, A]`) or last (`[..., B]`,
+    `[A, B]`)."""
+
+    def __init__(self, env: Env, batch_axis: int = 0):
+        super().__init__(env)
+        self.batch_axis = _check_batch_axis(batch_axis)
 
     def reset(self, rng: jax.Array) -> State:
-        return jax.vmap(self.env.reset)(rng)
+        return jax.vmap(self.env.reset, out_axes=self.batch_axis)(rng)
 
     def step(self, state: State, action: jax.Array) -> State:
-        return jax.vmap(self.env.step)(state, action)
+        ax = self.batch_axis
+        return jax.vmap(self.env.step, in_axes=ax, out_axes=ax)(state, action)
 
 
-def wrap_for_training(env: Env, episode_length: int) -> Env:
-    """The standard training stack over an (already randomized) unbatched env."""
-    return AutoResetWrapper(VmapWrapper(EpisodeWrapper(env, episode_length)))
+def wrap_for_training(env: Env, episode_length: int, batch_axis: int = 0) -> Env:
+    """The standard training stack over an (already randomized) unbatched env; `batch_axis` as in
+    `VmapWrapper`."""
+    inner = VmapWrapper(EpisodeWrapper(env, episode_length), batch_axis)
+    return AutoResetWrapper(inner, batch_axis=batch_axis)

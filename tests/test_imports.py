@@ -14,7 +14,7 @@ PROBE = """
 import sys
 sys.path.insert(0, "benchmarks")
 import algos, deploy, firmware_export, hoverfly, hoverfly.cli, policies, sim, vla
-import residual_manipulator, sac_vs_ppo, sim_throughput, time_to_success
+import kernel_profile, residual_manipulator, sac_vs_ppo, sim_throughput, time_to_success
 from jax._src import xla_bridge
 started = sorted(xla_bridge._backends)
 assert not started, f"importing the packages started JAX backends {started}"

@@ -43,6 +43,9 @@ def test_tiny_run_reports_positive_rates(bench, tmp_path, capsys):
         "10",
         "--peer-threads",
         "1",
+        "--batch-axes",
+        "0",
+        "-1",
         "--out",
         str(out),
     ]
@@ -63,13 +66,15 @@ def test_tiny_run_reports_positive_rates(bench, tmp_path, capsys):
     ):
         assert key in report
     assert report["dtype"] == "float32"
-    for name in ("dynamics", "env", "policy_rollout"):
+    for name in ("dynamics", "env", "policy_rollout", "actor_rollout"):
         result = report["ours"][name]["results"]["64"]
         assert result["steps_per_s"] > 0, result
         assert result["env_steps_per_call"] == 64 * 10
         assert report["ours"][name]["best"]["batch_size"] == 64
         assert report["ours"][name]["includes"]
     assert report["ours"]["dynamics"]["results"]["64"]["finite_fraction"] == 1.0
+    for name in ("env_batch_last", "policy_rollout_batch_last", "actor_rollout_batch_last"):
+        assert report["ours"][name]["results"]["64"]["steps_per_s"] > 0
 
     peer = report["peer"]
     if "skipped" in peer:  # l2f is optional
@@ -84,6 +89,7 @@ def test_tiny_run_reports_positive_rates(bench, tmp_path, capsys):
         "env_vs_l2f_full_step",
         "env_vs_l2f_full_step_no_noise",
         "policy_rollout_vs_l2f_full_step",
+        "actor_rollout_vs_l2f_full_step",
     }
     assert all(r > 0 for r in report["ratios"].values())
 

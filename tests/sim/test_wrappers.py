@@ -227,6 +227,47 @@ def test_auto_reset_vmaps_over_seeds():
         assert leaves_equal(jax.tree.map(lambda x, i=i: x[i], both), one(keys[i]))
 
 
+def test_batch_last_layout_equals_batch_first():
+    """`batch_axis=-1` ([..., B] leaves, [A, B] actions) runs the same episodes, resets included,
+    bit for bit."""
+    n_envs, steps = 32, 200
+    inner = sim.make_env("quadrotor-hover")
+    first = wrap_for_training(inner, episode_length=60)
+    last = wrap_for_training(inner, episode_length=60, batch_axis=-1)
+
+    class ActionsLast(Wrapper):  # `_rollout` draws [B, A] actions
+        def step(self, state, action):
+            return self.env.step(state, action.T)
+
+    key = jax.random.key(7)
+    want_s, want = jax.jit(lambda k: _rollout(first, k, n_envs, steps))(key)
+    got_s, got = jax.jit(lambda k: _rollout(ActionsLast(last), k, n_envs, steps))(key)
+    assert float(np.sum(want[2])) > 50  # terminations and time-outs were reset
+    assert got_s.obs["state"].shape == (50, n_envs) and got_s.data.actions.shape == (8, 4, n_envs)
+    assert got[0]["privileged_state"].shape == (steps, 72, n_envs)
+    batch_first = jax.tree.map(lambda x: jnp.moveaxis(x, -1, 0) if x.ndim > 1 else x, got_s)
+    assert leaves_equal(batch_first, want_s)
+    assert leaves_equal(jax.tree.map(lambda x: jnp.moveaxis(x, -1, 1), got[0]), want[0])
+    assert leaves_equal(got[1:], want[1:])
+    with pytest.raises(ValueError, match="batch_axis"):
+        VmapWrapper(inner, batch_axis=1)
+
+
+def test_observation_subset_keeps_the_named_groups(moving_config):
+    """The actor's observation is unchanged; the privileged one is gone, resets included."""
+    full = wrap_for_training(QuadrotorEnv(moving_config), episode_length=5)
+    actor = wrap_for_training(sim.ObservationSubset(QuadrotorEnv(moving_config)), 5)
+    assert actor.observation_size == {"state": full.observation_size["state"]}
+    key = jax.random.key(8)
+    (fs, fout), (as_, aout) = (
+        jax.jit(lambda k, e=e: _rollout(e, k, B, 12))(key) for e in (full, actor)
+    )
+    assert set(as_.obs) == set(aout[0]) == {"state"}
+    assert leaves_equal(
+        (as_.data, as_.obs["state"], aout[0]["state"]), (fs.data, fs.obs["state"], fout[0]["state"])
+    )
+
+
 def test_vmap_wrapper_equals_per_env_calls(moving_config):
     inner = EpisodeWrapper(QuadrotorEnv(moving_config), episode_length=10)
     env = VmapWrapper(inner)
