@@ -24,7 +24,7 @@ from typing import Literal
 import jax
 import tyro
 from sim_throughput import Args as ThroughputArgs
-from sim_throughput import make_rollout
+from sim_throughput import emit_json, make_rollout
 
 Rollout = Literal["env", "policy_rollout", "actor_rollout"]
 
@@ -113,11 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name in args.rollouts:
             key = name + ("_batch_last" if axis == -1 else "")
             report["results"][key] = profile(args, name, axis)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return json.loads(text)
+    return emit_json(report, args.out)
 
 
 if __name__ == "__main__":

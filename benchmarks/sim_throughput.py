@@ -441,10 +441,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     report["reference_l2f"] = REFERENCE_L2F
     report["ratios_vs_reference"] = _reference_ratios(report["ours"])
     report["loadavg_start_end"] = [load_start, os.getloadavg()]
+    return emit_json(report, args.out)
+
+
+def emit_json(report: dict, out: str | None) -> dict:
+    """Prints `report` as JSON (and writes it to `out`); returns it as parsed back."""
     text = json.dumps(report, indent=1)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
     return json.loads(text)
 
 
