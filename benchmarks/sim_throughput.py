@@ -14,7 +14,7 @@ Ours, for each batch size (parallel envs), timed as `steps` env steps inside one
                   deterministic `make_policy`) choosing the actions from the observations.
   actor_rollout   `policy_rollout` with the actor's observation only
                   (`sim.ObservationSubset`: the critic's privileged observation is not computed),
-                  the rollout of evaluation, validation and APG.
+                  the rollout of evaluation and validation.
 With `--batch-axes 0 -1`, `env`, `policy_rollout` and `actor_rollout` also run with the batch on
 the last axis of every leaf (`wrap_for_training(..., batch_axis=-1)`: observations [F, B], actions
 [A, B]; the policy is `jax.vmap(policy, in_axes=-1, out_axes=-1)`), reported as `<name>_batch_last`.

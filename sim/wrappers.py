@@ -75,10 +75,9 @@ class AutoResetWrapper(Wrapper):
         "last_length",
     )
 
-    def __init__(self, env: Env, chunk_size: int | None = None, batch_axis: int = 0):
+    def __init__(self, env: Env, chunk_size: int | None = None):
         super().__init__(env)
         self.chunk_size = chunk_size  # envs reset per loop trip; None: max(32, B // 64), ≤ B
-        self.batch_axis = _check_batch_axis(batch_axis)
 
     def reset(self, rng: jax.Array) -> State:
         state = self.env.reset(rng)
@@ -101,7 +100,8 @@ class AutoResetWrapper(Wrapper):
         done = nstate.done > 0
         n = done.shape[0]
         k = self._chunk(n)
-        at = () if self.batch_axis == 0 else (Ellipsis,)  # index the batch axis
+        # the batch axis of the inner `VmapWrapper` (found through the wrapper chain)
+        at = (Ellipsis,) if getattr(self.env, "batch_axis", 0) == -1 else ()
         keys = jax.vmap(threefry.split)(nstate.info["rng"])  # [B, 2] keys
         rng, key_reset = keys[:, 0], keys[:, 1]
 
@@ -140,9 +140,10 @@ class AutoResetWrapper(Wrapper):
 class ObservationSubset(Wrapper):
     """Keeps only the observation groups in `keep` (unbatched or batched alike).
 
-    A group nothing reads is then dead code that XLA removes: APG's window and the evaluation
-    rollouts carry no critic, so they drop the privileged observation (72 of the quadrotor's 122
-    observed values per step) instead of computing it on every step and carrying it.
+    A group nothing reads is then dead code that XLA removes: the evaluation rollouts
+    (`algos.evaluate.rollout`) carry no critic, so they drop the privileged observation (72 of the
+    quadrotor's 122 observed values per step) instead of computing it on every step and carrying
+    it.
     """
 
     def __init__(self, env: Env, keep: tuple[str, ...] = ("state",)):
@@ -203,5 +204,4 @@ class VmapWrapper(Wrapper):
 def wrap_for_training(env: Env, episode_length: int, batch_axis: int = 0) -> Env:
     """The standard training stack over an (already randomized) unbatched env; `batch_axis` as in
     `VmapWrapper`."""
-    inner = VmapWrapper(EpisodeWrapper(env, episode_length), batch_axis)
-    return AutoResetWrapper(inner, batch_axis=batch_axis)
+    return AutoResetWrapper(VmapWrapper(EpisodeWrapper(env, episode_length), batch_axis))
