@@ -76,15 +76,28 @@ def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0)
     if words is None:
         return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
     b1, b2 = _words(*words, math.prod(shape))
-    bits = (b1 ^ b2).reshape(shape)
+    return uniform_from_bits((b1 ^ b2).reshape(shape), minval, maxval)
+
+
+def uniform_from_bits(bits: jax.Array, minval=0.0, maxval=1.0) -> jax.Array:
+    """float32 in [minval, maxval) from uint32 `bits` (the high 23 as the mantissa), as
+    `jax.random.uniform` converts them."""
     mantissa = (bits >> np.uint32(32 - 23)) | np.float32(1.0).view(np.uint32)
     floats = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
-    lo, hi = jnp.float32(minval), jnp.float32(maxval)
+    lo, hi = np.float32(minval), np.float32(maxval)
     return jnp.maximum(lo, floats * (hi - lo) + lo)
+
+
+NORMAL_LOW = float(np.nextafter(np.float32(-1.0), np.float32(0.0)))
+"""Lower bound of the uniform draw that `normal` maps through erf⁻¹."""
 
 
 def normal(key: jax.Array, shape: tuple[int, ...] = ()) -> jax.Array:
     """`jax.random.normal(key, shape)`, float32 (an unbatched key): its own formula over
     `uniform`, so other generators fall back through `uniform`."""
-    lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
-    return np.float32(np.sqrt(2)) * jax.lax.erf_inv(uniform(key, shape, lo, 1.0))
+    return normal_from_uniform(uniform(key, shape, NORMAL_LOW, 1.0))
+
+
+def normal_from_uniform(u: jax.Array) -> jax.Array:
+    """N(0, 1) from `u` ~ U(NORMAL_LOW, 1): √2·erf⁻¹(u), as `jax.random.normal`."""
+    return np.float32(np.sqrt(2)) * jax.lax.erf_inv(u)

@@ -241,14 +241,18 @@ class QuadrotorEnv(Env):
         return State(data=data, obs=obs, reward=z, done=z, metrics=metrics, info=info)
 
     def _random_attitude(self, key: jax.Array, scale: jax.Array) -> dyn.Quat:
-        """Haar-uniform attitude conditioned on tilt ≤ max_tilt; identity when `scale` is 0.
+        u = threefry.uniform(key, (3,))
+        return self.attitude_from_uniforms((u[0], u[1], u[2]), scale)
+
+    def attitude_from_uniforms(self, u: tuple, scale: jax.Array) -> dyn.Quat:
+        """Haar-uniform attitude conditioned on tilt ≤ max_tilt from three U(0, 1) draws `u`;
+        identity when `scale` is 0.
 
         Under the Haar measure the body z axis is uniform on the sphere and the rotation about it
         is independent and uniform, so: cos(tilt) ~ U(cos max_tilt, 1) (uniform on the spherical
         cap), tilt axis horizontal at a uniform azimuth, then a uniform yaw: q = q_tilt ⊗ q_yaw.
         """
         cos_max = math.cos(math.radians(min(self.config.init.max_tilt_deg, 180.0)))
-        u = threefry.uniform(key, (3,))
         tilt = jnp.arccos(cos_max + (1.0 - cos_max) * u[0]) * (scale > 0)
         azimuth, yaw = 2 * jnp.pi * u[1], 2 * jnp.pi * u[2] * (scale > 0)
         st, ct = jnp.sin(tilt / 2), jnp.cos(tilt / 2)
@@ -330,10 +334,15 @@ class QuadrotorEnv(Env):
         return {"state": jnp.concatenate([noisy, hist]), "privileged_state": priv}
 
     def _reward_terms(self, data: QuadData, action: jax.Array, progress) -> dict[str, jax.Array]:
+        hover_a = 2.0 * data.params.hover_u - 1.0
+        return self.reward_terms(data, jnp.sum((action - hover_a) ** 2), progress)
+
+    def reward_terms(self, data: QuadData, action_cost, progress) -> dict[str, jax.Array]:
+        """The reward terms (RewardConfig), `action_cost` = ‖a − a_hover‖² with the episode's own
+        hover command."""
         c = self.config.reward
         ep, ev = self._errors(data)
         r = data.rigid
-        hover_a = 2.0 * data.params.hover_u - 1.0
         sq = lambda v: sum(x * x for x in v)  # noqa: E731
         return {
             "position": -0.5 * _lerp(c.position, c.position_final, progress) * sq(ep),
@@ -341,10 +350,8 @@ class QuadrotorEnv(Env):
             "orientation": -0.5 * c.orientation * (1.0 - r.quat[0] ** 2),
             "velocity": -0.5 * _lerp(c.velocity, c.velocity_final, progress) * sq(ev),
             "angular_velocity": -0.5 * c.angular_velocity * sq(r.omega),
-            "action": -0.5
-            * _lerp(c.action, c.action_final, progress)
-            * jnp.sum((action - hover_a) ** 2),
-            "alive": jnp.asarray(c.alive, jnp.float32),
+            "action": -0.5 * _lerp(c.action, c.action_final, progress) * action_cost,
+            "alive": jnp.full_like(ep[0], c.alive),
         }
 
     # -- contract -----------------------------------------------------------------------------

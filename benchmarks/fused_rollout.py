@@ -1,0 +1,198 @@
+"""The fused Pallas rollout against the XLA rollout it replaces, in one run (one JSON object).
+
+Both run `quadrotor-hover` under `wrap_for_training(ObservationSubset(env), 500, batch_axis=-1)`
+with the same deterministic 64-64 tanh actor (`policies.make_actor_critic`, random weights, the
+hover command as its output bias) choosing every action:
+  xla    the peer: `jax.vmap(policy, in_axes=-1, out_axes=-1)` and `env.step` in a `lax.scan` of
+         `--steps` steps (`sim_throughput.py`'s `actor_rollout_batch_last`, the best XLA rollout).
+  fused  `sim.quadrotor.fused.make_fused_rollout`: the same `--steps` steps in one Pallas kernel,
+         for each `--block-sizes` × `--num-warps` (× `--fast-tanh`) variant.
+Each is timed as `steps × batch` env steps per call (median of `--repeats` calls after a compiling
+and a warm-up call; the state carries across calls). Parity: from one state of `--parity-batch`
+envs, the fused and XLA rollouts run `--parity-steps` steps; the JSON gives the largest state
+difference, the share of envs within 1e-3 of each other and the reset counts of both.
+
+    python benchmarks/fused_rollout.py --batch-sizes 1048576 4194304 --out fused.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+from sim_throughput import emit_json
+
+from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
+from sim import ObservationSubset, make_env, wrap_for_training
+from sim.quadrotor.fused import DenseActor, make_fused_rollout
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Fused Pallas rollout vs the XLA rollout (steps/s)."""
+
+    batch_sizes: tuple[int, ...] = (1048576, 4194304)
+    """Parallel envs."""
+    steps: int = 100
+    """Env steps per call."""
+    repeats: int = 5
+    """Timed calls per measurement (median)."""
+    block_sizes: tuple[int, ...] = (128,)
+    """Envs per Triton program."""
+    num_warps: tuple[int, ...] = (4,)
+    """Warps per Triton program."""
+    fast_tanh: tuple[bool, ...] = (False,)
+    """Variants with the accurate tanh (False) and/or tanh.approx.f32 (True)."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Actor hidden widths."""
+    parity_batch: int = 4096
+    """Envs of the parity check (0: skip it)."""
+    parity_steps: int = 20
+    """Steps of the parity check."""
+    seed: int = 0
+    """PRNG seed."""
+    out: str | None = None
+    """Also write the JSON to this file."""
+
+
+def _setup(args: Args, batch: int, key: jax.Array):
+    env = wrap_for_training(ObservationSubset(make_env("quadrotor-hover")), 500, batch_axis=-1)
+    k_reset, k_net = jax.random.split(key)
+    state = jax.jit(env.reset)(jax.random.split(k_reset, batch))
+    size = env.observation_size["state"][0]
+    cfg = NetworkConfig(actor_hidden=args.hidden)
+    ac = make_actor_critic(cfg, size, size, env.action_size, float(env.default_action[0]))
+    return env, state, ac, ac.init(k_net)
+
+
+def _xla_rollout(env, ac, steps: int):
+    def rollout(state, params):
+        policy = jax.vmap(make_policy(ac, params, True), in_axes=(-1, None), out_axes=-1)
+        key = jax.random.key(0)  # unused by the deterministic policy
+
+        def body(carry, _):
+            s, resets = carry
+            s = env.step(s, policy(s.obs["state"], key)[0])
+            return (s, resets + s.done), None
+
+        return jax.lax.scan(body, (state, jnp.zeros_like(state.done)), None, length=steps)[0]
+
+    return rollout
+
+
+def _time(run, state, operand, env_steps: int, repeats: int) -> dict:
+    t0 = time.perf_counter()
+    state, resets = jax.block_until_ready(run(state, operand))
+    first = time.perf_counter() - t0
+    state, resets = jax.block_until_ready(run(state, operand))
+    secs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        state, resets = jax.block_until_ready(run(state, operand))
+        secs.append(time.perf_counter() - t0)
+    rates = [env_steps / s for s in secs]
+    print(f"  first call {first:.1f} s, {statistics.median(rates):.3g} steps/s", file=sys.stderr)
+    return {
+        "steps_per_s": statistics.median(rates),
+        "steps_per_s_min": min(rates),
+        "steps_per_s_max": max(rates),
+        "seconds_per_call": statistics.median(secs),
+        "first_call_s": first,
+        "resets_per_env_step": float(jnp.sum(resets)) / env_steps,
+    }
+
+
+def _parity(args: Args, key: jax.Array, variant: dict) -> dict:
+    env, state, ac, params = _setup(args, args.parity_batch, key)
+    ref, ref_resets = jax.jit(_xla_rollout(env, ac, args.parity_steps))(state, params)
+    fused = make_fused_rollout(env, args.parity_steps, **variant)
+    out, resets = jax.jit(fused)(state, DenseActor.from_params(params))
+    rigid_ref = np.stack([np.asarray(x) for x in jax.tree.leaves(ref.data.rigid)])
+    rigid = np.stack([np.asarray(x) for x in jax.tree.leaves(out.data.rigid)])
+    scale = np.array([1.0] * 13 + [float(ref.data.params.rpm_max[0])] * 4)[:, None]
+    diff = np.abs(rigid - rigid_ref) / scale  # rpm as a fraction of rpm_max
+    per_env = diff.max(axis=0)
+    return {
+        "batch": args.parity_batch,
+        "steps": args.parity_steps,
+        "variant": variant,
+        "max_state_diff": float(per_env.max()),
+        "median_env_max_diff": float(np.median(per_env)),
+        "share_envs_within_1e-3": float(np.mean(per_env <= 1e-3)),
+        "resets_xla": float(jnp.sum(ref_resets)),
+        "resets_fused": float(jnp.sum(resets)),
+        "note": "rigid state (m, m/s, rad/s, quaternion; rpm / rpm_max); TF32 matmuls and "
+        "different summation orders on both sides, so chaotic episodes drift apart",
+    }
+
+
+def run(args: Args) -> dict:
+    key = jax.random.key(args.seed)
+    variants = [
+        {"block_size": b, "num_warps": w, "fast_tanh": t}
+        for b in args.block_sizes
+        for w in args.num_warps
+        for t in args.fast_tanh
+    ]
+    results: dict = {}
+    for batch in args.batch_sizes:
+        key, sub = jax.random.split(key)
+        env, state, ac, params = _setup(args, batch, sub)
+        n = batch * args.steps
+        row: dict = {}
+        print(f"batch {batch}: xla", file=sys.stderr)
+        try:
+            xla = jax.jit(_xla_rollout(env, ac, args.steps), donate_argnums=0)
+            row["xla"] = _time(xla, state, params, n, args.repeats)
+        except Exception as e:  # e.g. out of memory
+            row["xla"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        actor = DenseActor.from_params(params)
+        for v in variants:
+            name = "fused_b{block_size}_w{num_warps}".format(**v) + ("_fast_tanh" * v["fast_tanh"])
+            print(f"batch {batch}: {name}", file=sys.stderr)
+            try:
+                fused = jax.jit(make_fused_rollout(env, args.steps, **v), donate_argnums=0)
+                row[name] = _time(fused, jax.tree.map(jnp.copy, state), actor, n, args.repeats)
+            except Exception as e:
+                row[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+            gc.collect()
+        ok = {k: r for k, r in row.items() if "steps_per_s" in r and k != "xla"}
+        if ok and "steps_per_s" in row["xla"]:
+            best = max(ok, key=lambda k: ok[k]["steps_per_s"])
+            row["best_fused"] = best
+            row["ratio_best_fused_vs_xla"] = ok[best]["steps_per_s"] / row["xla"]["steps_per_s"]
+        results[str(batch)] = row
+        del state
+        gc.collect()
+    report = {
+        "benchmark": "fused_rollout",
+        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "backend": jax.default_backend(),
+        "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
+        "jax_version": jax.__version__,
+        "config": dataclasses.asdict(args),
+        "results": results,
+    }
+    if args.parity_batch:
+        report["parity"] = _parity(args, jax.random.key(args.seed + 1), variants[0])
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = tyro.cli(Args, args=argv)
+    if jax.default_backend() == "cpu":
+        raise SystemExit("fused_rollout.py: the fused kernel is a Triton (GPU) kernel; no GPU here")
+    return emit_json(run(args), args.out)
+
+
+if __name__ == "__main__":
+    main()
