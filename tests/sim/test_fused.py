@@ -1,0 +1,118 @@
+"""The fused rollout (`sim.quadrotor.fused`) against the XLA training stack it fuses.
+
+On the CPU the kernel's code runs through XLA (`use_pallas=False`, one jitted call per step), and
+its Pallas form is lowered to Triton IR for the GPU (compiling that IR needs a GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
+from sim import ObservationSubset, make_env, wrap_for_training
+from sim.quadrotor import QuadrotorConfig
+from sim.quadrotor.fused import DenseActor, make_fused_rollout
+
+B = 256
+
+
+def _setup(task: str, config: QuadrotorConfig, randomized: bool, episode_length: int):
+    kwargs = {} if randomized else {"randomization": None}
+    env = wrap_for_training(
+        ObservationSubset(make_env(task, config, **kwargs)), episode_length, batch_axis=-1
+    )
+    state = jax.jit(env.reset)(jax.random.split(jax.random.key(0), B))
+    size = env.observation_size["state"][0]
+    ac = make_actor_critic(NetworkConfig(), size, size, 4, float(env.default_action[0]))
+    params = ac.init(jax.random.key(1))
+    # larger weights: actions far from hover, so that some episodes terminate
+    params["actor"] = jax.tree.map(lambda w: 3.0 * w, params["actor"])
+    return env, state, ac, params
+
+
+def _xla_rollout(env, ac, params, state, steps):
+    policy = jax.vmap(make_policy(ac, params, True), in_axes=(-1, None), out_axes=-1)
+
+    def body(carry, _):
+        s, resets = carry
+        s = env.step(s, policy(s.obs["state"], jax.random.key(0))[0])
+        return (s, resets + s.done), None
+
+    init = (state, jnp.zeros_like(state.done))
+    return jax.jit(lambda c: jax.lax.scan(body, c, None, length=steps)[0])(init)
+
+
+def _raw(tree):
+    def raw(x):
+        return jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+    return jax.tree.leaves_with_path(jax.tree.map(raw, tree))
+
+
+@pytest.mark.parametrize(
+    "task,config,randomized",
+    [
+        ("quadrotor-hover", QuadrotorConfig(), True),
+        ("quadrotor-track", QuadrotorConfig(action_delay=1, substeps=2), False),
+    ],
+    ids=["hover-randomized", "track-delay-substeps"],
+)
+def test_fused_rollout_equals_the_training_stack(task, config, randomized):
+    steps, episode_length = 12, 7  # every env truncates once; some terminate first
+    env, state, ac, params = _setup(task, config, randomized, episode_length)
+    ref, ref_resets = _xla_rollout(env, ac, params, state, steps)
+    rollout = make_fused_rollout(env, steps, use_pallas=False)
+    out, resets = rollout(state, DenseActor.from_params(params))
+
+    np.testing.assert_array_equal(np.asarray(resets), np.asarray(ref_resets))
+    assert float(jnp.sum(resets)) >= B  # resets ran (the reset branch is exercised)
+    ref_leaves, out_leaves = _raw(ref), _raw(out)
+    assert [p for p, _ in ref_leaves] == [p for p, _ in out_leaves]
+    for (path, a), (_, b) in zip(ref_leaves, out_leaves, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype, jax.tree_util.keystr(path)
+        if a.dtype.kind in "iu":  # keys, counters: exact
+            np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+        else:  # the actor's sums run in another order: rounding only
+            np.testing.assert_allclose(
+                b, a, rtol=2e-5, atol=2e-5, err_msg=jax.tree_util.keystr(path)
+            )
+
+
+def test_dense_actor_is_the_deterministic_policy():
+    env, state, ac, params = _setup("quadrotor-hover", QuadrotorConfig(), True, 500)
+    obs = state.obs["state"].T
+    expected = make_policy(ac, params, True)(obs, jax.random.key(0))[0]
+    got = DenseActor.from_params(params)(obs)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_rollout_lowers_to_a_triton_kernel():
+    env, state, ac, params = _setup("quadrotor-hover", QuadrotorConfig(), True, 500)
+    rollout = make_fused_rollout(env, steps=100)
+    lowered = jax.jit(rollout).trace(state, DenseActor.from_params(params))
+    text = lowered.lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("xla.gpu.triton") == 1  # one kernel for the 100 steps
+    assert "fused_quadrotor_rollout" in text
+
+
+def test_fused_rollout_refuses_other_stacks():
+    quad = make_env("quadrotor-hover")
+    with pytest.raises(ValueError, match="batch on the last axis"):
+        make_fused_rollout(wrap_for_training(ObservationSubset(quad), 500), 10)
+    with pytest.raises(ValueError, match="ObservationSubset"):
+        make_fused_rollout(wrap_for_training(quad, 500, batch_axis=-1), 10)
+    with pytest.raises(ValueError, match="steps"):
+        make_fused_rollout(wrap_for_training(ObservationSubset(quad), 500, batch_axis=-1), 0)
+    env, state, ac, params = _setup("quadrotor-hover", QuadrotorConfig(), True, 500)
+    with pytest.raises(ValueError, match="multiple of block_size"):
+        make_fused_rollout(env, 10, block_size=512)(state, DenseActor.from_params(params))
+    small = dataclasses.replace(QuadrotorConfig(), action_history=2)
+    other = wrap_for_training(ObservationSubset(make_env("quadrotor-hover", small)), 500, -1)
+    with pytest.raises(ValueError, match="actor reads 50 observations, the env gives 26"):
+        s = jax.jit(other.reset)(jax.random.split(jax.random.key(0), B))
+        make_fused_rollout(other, 10)(s, DenseActor.from_params(params))
