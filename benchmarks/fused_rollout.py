@@ -3,8 +3,8 @@
 Both run `quadrotor-hover` under `wrap_for_training(ObservationSubset(env), 500, batch_axis=-1)`
 with the same deterministic 64-64 tanh actor (`policies.make_actor_critic`, random weights, the
 hover command as its output bias) choosing every action:
-  xla    the peer: `jax.vmap(policy, in_axes=-1, out_axes=-1)` and `env.step` in a `lax.scan` of
-         `--steps` steps (`sim_throughput.py`'s `actor_rollout_batch_last`, the best XLA rollout).
+  xla    the peer: `sim_throughput.py`'s `actor_rollout_batch_last` (`make_rollout`), the best XLA
+         rollout: `env.step` and the vmapped policy in a `lax.scan` of `--steps` steps.
   fused  `sim.quadrotor.fused.make_fused_rollout`: the same `--steps` steps in one Pallas kernel,
          for each `--block-sizes` × `--num-warps` (× `--fast-tanh`) variant.
 Each is timed as `steps × batch` env steps per call (median of `--repeats` calls after a compiling
@@ -29,10 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tyro
-from sim_throughput import emit_json
+from sim_throughput import Args as ThroughputArgs
+from sim_throughput import emit_json, make_rollout
 
-from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
 from sim import ObservationSubset, make_env, wrap_for_training
+from sim.quadrotor import QuadrotorConfig
 from sim.quadrotor.fused import DenseActor, make_fused_rollout
 
 
@@ -52,8 +53,6 @@ class Args:
     """Warps per Triton program."""
     fast_tanh: tuple[bool, ...] = (False,)
     """Variants with the accurate tanh (False) and/or tanh.approx.f32 (True)."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Actor hidden widths."""
     parity_batch: int = 4096
     """Envs of the parity check (0: skip it)."""
     parity_steps: int = 20
@@ -64,29 +63,15 @@ class Args:
     """Also write the JSON to this file."""
 
 
-def _setup(args: Args, batch: int, key: jax.Array):
-    env = wrap_for_training(ObservationSubset(make_env("quadrotor-hover")), 500, batch_axis=-1)
-    k_reset, k_net = jax.random.split(key)
-    state = jax.jit(env.reset)(jax.random.split(k_reset, batch))
-    size = env.observation_size["state"][0]
-    cfg = NetworkConfig(actor_hidden=args.hidden)
-    ac = make_actor_critic(cfg, size, size, env.action_size, float(env.default_action[0]))
-    return env, state, ac, ac.init(k_net)
-
-
-def _xla_rollout(env, ac, steps: int):
-    def rollout(state, params):
-        policy = jax.vmap(make_policy(ac, params, True), in_axes=(-1, None), out_axes=-1)
-        key = jax.random.key(0)  # unused by the deterministic policy
-
-        def body(carry, _):
-            s, resets = carry
-            s = env.step(s, policy(s.obs["state"], key)[0])
-            return (s, resets + s.done), None
-
-        return jax.lax.scan(body, (state, jnp.zeros_like(state.done)), None, length=steps)[0]
-
-    return rollout
+def _setup(batch: int, steps: int, key: jax.Array):
+    """The peer, `sim_throughput.py`'s `actor_rollout_batch_last` as `peer(state, params) ->
+    (state, resets)` (jitted, the state donated), its state and actor params, and the same stack
+    for the fused rollout."""
+    targs = ThroughputArgs(env_steps=steps)
+    peer, (state, params, action) = make_rollout(targs, batch, key, "actor_rollout", -1)
+    quad = make_env("quadrotor-hover", QuadrotorConfig(params=targs.params))
+    env = wrap_for_training(ObservationSubset(quad), quad.unwrapped.config.episode_steps, -1)
+    return env, state, params, lambda s, p: peer(s, p, action)
 
 
 def _time(run, state, operand, env_steps: int, repeats: int) -> dict:
@@ -112,8 +97,8 @@ def _time(run, state, operand, env_steps: int, repeats: int) -> dict:
 
 
 def _parity(args: Args, key: jax.Array, variant: dict) -> dict:
-    env, state, ac, params = _setup(args, args.parity_batch, key)
-    ref, ref_resets = jax.jit(_xla_rollout(env, ac, args.parity_steps))(state, params)
+    env, state, params, peer = _setup(args.parity_batch, args.parity_steps, key)
+    ref, ref_resets = peer(jax.tree.map(jnp.copy, state), params)
     fused = make_fused_rollout(env, args.parity_steps, **variant)
     out, resets = jax.jit(fused)(state, DenseActor.from_params(params))
     rigid_ref = np.stack([np.asarray(x) for x in jax.tree.leaves(ref.data.rigid)])
@@ -146,13 +131,12 @@ def run(args: Args) -> dict:
     results: dict = {}
     for batch in args.batch_sizes:
         key, sub = jax.random.split(key)
-        env, state, ac, params = _setup(args, batch, sub)
+        env, state, params, peer = _setup(batch, args.steps, sub)
         n = batch * args.steps
         row: dict = {}
         print(f"batch {batch}: xla", file=sys.stderr)
         try:
-            xla = jax.jit(_xla_rollout(env, ac, args.steps), donate_argnums=0)
-            row["xla"] = _time(xla, state, params, n, args.repeats)
+            row["xla"] = _time(peer, jax.tree.map(jnp.copy, state), params, n, args.repeats)
         except Exception as e:  # e.g. out of memory
             row["xla"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         actor = DenseActor.from_params(params)

@@ -46,9 +46,10 @@ from jax.experimental.pallas import triton as pltr
 from sim import rng as threefry
 from sim.env import Env, State
 from sim.quadrotor import dynamics as dyn
-from sim.quadrotor.env import QuadrotorEnv
+from sim.quadrotor.env import QuadData, QuadrotorEnv
 from sim.quadrotor.params import GRAVITY
 from sim.quadrotor.randomization import DomainRandomization, RandomizationConfig
+from sim.wrappers import AutoResetWrapper, EpisodeWrapper, ObservationSubset, VmapWrapper
 
 
 @struct.dataclass
@@ -100,8 +101,6 @@ class _Stack:
 def _unwrap(env: Env) -> _Stack:
     """Checks `env` is wrap_for_training(ObservationSubset([DomainRandomization](QuadrotorEnv)),
     L, batch_axis=-1) and returns its parts."""
-    from sim.wrappers import AutoResetWrapper, EpisodeWrapper, ObservationSubset, VmapWrapper
-
     chain, e = [], env
     while True:
         chain.append(e)
@@ -265,7 +264,7 @@ def _step(stack: _Stack, s: dict, action: tuple):
     rigid = dyn.integrate(
         s["params"], s["dist"], s["rigid"], actions[cfg.action_delay], cfg.ctrl_dt, cfg.substeps
     )
-    data = _Data(rigid, s["params"], s["dist"], actions, s["step"] + 1, s["phase"])
+    data = QuadData(rigid, s["params"], s["dist"], actions, s["step"] + 1, s["phase"])
     rng = s["rng"]
     key_next, key_noise = _draw(rng, 0), _draw(rng, 1)
     ep, _ = quad._errors(data)
@@ -321,18 +320,6 @@ def _step(stack: _Stack, s: dict, action: tuple):
         "last_length": jnp.where(fin, length, s["last_length"]),
     }
     return out, obs_key
-
-
-@struct.dataclass
-class _Data:
-    """QuadData on rows (`actions` a tuple of K tuples of 4 rows)."""
-
-    rigid: dyn.RigidState
-    params: object
-    dist: dyn.Disturbance
-    actions: tuple
-    step: jax.Array
-    phase: jax.Array
 
 
 # -- the actor on rows ----------------------------------------------------------------------------
@@ -446,7 +433,7 @@ def _run_block(stack: _Stack, steps: int, tanh, state_in, where, treedef, actor_
     def body(_, carry):
         s, resets = carry
         s, key = _step(stack, s, _actor(s["obs"], actor_in, tanh))
-        data = _Data(s["rigid"], s["params"], s["dist"], s["actions"], s["step"], s["phase"])
+        data = QuadData(s["rigid"], s["params"], s["dist"], s["actions"], s["step"], s["phase"])
         s["obs"] = tuple(_observe(quad, data, key))
         return s, resets + s["done"]
 
