@@ -17,7 +17,16 @@ import jax
 import pytest
 
 import sim
+from algos.runner import enable_compilation_cache
 from sim.quadrotor import DisturbanceConfig, InitConfig, NoiseConfig, QuadrotorConfig
+
+
+def pytest_configure(config):
+    """JAX's persistent compilation cache ($HOVERFLY_CACHE_DIR, else the CLI's default folder) for
+    every test, as the CLI subprocesses use it: the same program compiled by another test, worker
+    or subprocess is read back instead of compiled again."""
+    enable_compilation_cache()
+
 
 N_EPISODES = 20_000
 EPISODE_STEPS = 100

@@ -2,10 +2,10 @@
 learn to stay airborne longer under the full eval protocol (randomized dynamics, disturbances,
 wide starts).
 
-The untrained policy (the hover command) terminates in ~100 % of episodes after ~80 steps; a
-calibration run (seed 0) reached training episodes of 306 steps at 7.9 M env steps and 428 at
-8.6 M. The thresholds (1.5× longer eval flights, training episodes > 150 steps) fail for a learner
-that does not learn.
+The untrained policy (the hover command) terminates in ~100 % of episodes after ~80 steps. With
+this 4 M-step budget, calibration runs of this test's loop (seeds 0 and 1) ended with training
+episodes of 313 and 240 steps and eval flights of 321 and 314 steps alive; the thresholds (1.5×
+longer eval flights, training episodes > 150 steps) fail for a learner that does not learn.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from algos.ppo import make_train
 from policies import make_policy
 from sim import make_env
 
-TIMESTEPS = 8_000_000
+TIMESTEPS = 4_000_000
 
 
 @pytest.mark.slow

@@ -43,9 +43,8 @@ def test_tiny_run_reports_positive_rates(bench, tmp_path, capsys):
         "10",
         "--peer-threads",
         "1",
-        "--batch-axes",
+        "--batch-axes",  # batch-last rollouts: tests/benchmarks/test_kernel_profile.py
         "0",
-        "-1",
         "--out",
         str(out),
     ]
@@ -73,8 +72,7 @@ def test_tiny_run_reports_positive_rates(bench, tmp_path, capsys):
         assert report["ours"][name]["best"]["batch_size"] == 64
         assert report["ours"][name]["includes"]
     assert report["ours"]["dynamics"]["results"]["64"]["finite_fraction"] == 1.0
-    for name in ("env_batch_last", "policy_rollout_batch_last", "actor_rollout_batch_last"):
-        assert report["ours"][name]["results"]["64"]["steps_per_s"] > 0
+    assert not any(name.endswith("_batch_last") for name in report["ours"])
 
     peer = report["peer"]
     if "skipped" in peer:  # l2f is optional

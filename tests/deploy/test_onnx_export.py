@@ -31,7 +31,6 @@ import pytest
 from rich.console import Console
 
 from algos.run_folder import RunError, config_hash, load_run
-from algos.runner import enable_compilation_cache
 from deploy.onnx_export import (
     ExportRefused,
     OnnxPolicyError,
@@ -66,7 +65,6 @@ def run_onnx(model: onnx.ModelProto, obs: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def sets(hover_run):
     """(calibration, held-out) rollouts, the same sets export_onnx records (compiled once)."""
-    enable_compilation_cache()
     run = load_run(hover_run)
     return record_parity_set(run, "calibration"), record_parity_set(run, "held_out")
 
