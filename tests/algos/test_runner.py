@@ -26,6 +26,8 @@ from algos.run_folder import (
     read_metrics,
 )
 
+pytestmark = pytest.mark.xdist_group("runner")  # `finished_run` trains once (-n 2)
+
 UPDATES = 24
 
 

@@ -46,6 +46,8 @@ from deploy.onnx_graph import FP8_MAX, OPSET, Fp8Policy, build_model, quantize_f
 from deploy.policy import ACTIVATIONS_NP, forward, normalize_obs
 from deploy.quantize import QMAX, Int8Policy, quantize_tensor
 
+pytestmark = pytest.mark.xdist_group("onnx_export")  # module fixtures compile once (-n 2)
+
 EPISODES = 256
 """Closed-loop episodes: one episode is 0.4 points, so the 2-point rule is 5 episodes away, above
 the few borderline episodes that flip between float-equivalent implementations (with 64, an exact

@@ -11,6 +11,8 @@ from algos.run_folder import RunError
 from firmware_export import build, export_firmware
 from firmware_export.export import FORMAT, REPORT
 
+pytestmark = pytest.mark.xdist_group("qemu")  # `exports` builds once (-n 2)
+
 needs_toolchain = pytest.mark.skipif(
     not build.toolchain_available(),
     reason="arm-none-eabi-gcc/qemu-system-arm missing (Debian: gcc-arm-none-eabi "

@@ -21,6 +21,8 @@ from sim.manipulator import (
     obs_fields,
 )
 
+pytestmark = pytest.mark.xdist_group("scripted")  # `episodes` compiles once (-n 2)
+
 B, T = 32, 250
 PERTURBATION = PerturbationConfig(episode_prob=0.5, push_prob=1.0)
 
