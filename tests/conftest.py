@@ -8,10 +8,18 @@ initial-state statistics, domain randomization); short sequences run eagerly ins
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+# One thread per pytest-xdist worker (and its subprocesses) for torch's OpenMP pool, set before
+# anything imports torch: with two threads, a worker's torch work waits on its spinning threads
+# whenever the other worker's XLA compilation holds the second core (the VLA memorization test:
+# 61 s instead of 23 s beside a busy core).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import jax
 import pytest
