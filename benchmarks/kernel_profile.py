@@ -26,7 +26,7 @@ import tyro
 from sim_throughput import Args as ThroughputArgs
 from sim_throughput import emit_json, make_rollout
 
-Rollout = Literal["env", "policy_rollout", "actor_rollout"]
+Rollout = Literal["env", "policy_rollout", "actor_rollout", "pallas_actor_rollout"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,12 @@ class Args:
     """Parallel envs."""
     steps: int = 10
     """Env steps per traced call."""
+    unroll: int = 1
+    """`lax.scan` unroll of the step loop (`sim_throughput.py --unroll`)."""
+    pallas_block_size: int = 128
+    """Envs per Triton program of `pallas_actor_rollout`."""
+    pallas_fast_tanh: bool = True
+    """`pallas_actor_rollout` with tanh.approx.f32 (`sim_throughput.py --pallas-fast-tanh`)."""
     rollouts: tuple[Rollout, ...] = ("env", "policy_rollout", "actor_rollout")
     """Which rollouts to profile."""
     batch_axes: tuple[Literal[0, -1], ...] = (0, -1)
@@ -66,7 +72,12 @@ def _device_events(trace_dir: Path) -> list[dict]:
 
 def profile(args: Args, name: str, batch_axis: int) -> dict:
     run, (state, net, action) = make_rollout(
-        ThroughputArgs(env_steps=args.steps),
+        ThroughputArgs(
+            env_steps=args.steps,
+            unroll=args.unroll,
+            pallas_block_size=args.pallas_block_size,
+            pallas_fast_tanh=args.pallas_fast_tanh,
+        ),
         args.batch_size,
         jax.random.key(args.seed),
         name,
@@ -111,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     for axis in args.batch_axes:
         for name in args.rollouts:
+            if name == "pallas_actor_rollout" and axis != -1:
+                continue  # batch-last only
             key = name + ("_batch_last" if axis == -1 else "")
             report["results"][key] = profile(args, name, axis)
     return emit_json(report, args.out)

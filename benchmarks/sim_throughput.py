@@ -15,6 +15,9 @@ Ours, for each batch size (parallel envs), timed as `steps` env steps inside one
   actor_rollout   `policy_rollout` with the actor's observation only
                   (`sim.ObservationSubset`: the critic's privileged observation is not computed),
                   the rollout of evaluation and validation.
+  pallas_actor_rollout
+                  `actor_rollout` with the batch last and the actor as one Pallas kernel
+                  (`policies.pallas_actor`: the hidden layers stay on chip); GPU only.
 With `--batch-axes 0 -1`, `env`, `policy_rollout` and `actor_rollout` also run with the batch on
 the last axis of every leaf (`wrap_for_training(..., batch_axis=-1)`: observations [F, B], actions
 [A, B]; the policy is `jax.vmap(policy, in_axes=-1, out_axes=-1)`), reported as `<name>_batch_last`.
@@ -48,11 +51,12 @@ import jax.numpy as jnp
 import tyro
 
 from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
+from policies.pallas_actor import make_pallas_actor
 from sim import ObservationSubset, make_env, wrap_for_training
 from sim.quadrotor import Disturbance, QuadrotorConfig, RigidState, get_params, integrate
 from sim.quadrotor.params import GRAVITY
 
-Benchmark = Literal["dynamics", "env", "policy_rollout", "actor_rollout"]
+Benchmark = Literal["dynamics", "env", "policy_rollout", "actor_rollout", "pallas_actor_rollout"]
 PEER_SCRIPT = Path(__file__).with_name("l2f_peer.py")
 
 
@@ -66,6 +70,14 @@ class Args:
     """Steps per jitted call of the dynamics benchmark; 0: 200 on CPU, 1000 otherwise."""
     env_steps: int = 0
     """Steps per jitted call of the env and policy_rollout benchmarks; 0: 100."""
+    unroll: int = 1
+    """`lax.scan` unroll of the env benchmarks' step loop (2 lets XLA write the action history
+    into the loop carry on every other step instead of copying it there on every step)."""
+    pallas_block_size: int = 128
+    """Envs per Triton program of `pallas_actor_rollout`."""
+    pallas_fast_tanh: bool = True
+    """`pallas_actor_rollout` with the GPU's tanh.approx.f32 in the hidden layers (relative error
+    ≤ 2⁻¹¹, the rounding of the TF32 matmuls beside it)."""
     repeats: int = 5
     """Timed calls per measurement; the median is the headline figure."""
     warmup: int = 1
@@ -186,11 +198,15 @@ def bench_dynamics(args: Args, batch: int, key: jax.Array) -> dict:
 def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: int):
     """The jitted rollout of `name` ("env": the full RL step with fixed actions;
     "policy_rollout": the MLP actor in the loop; "actor_rollout": the same, actor observation
-    only) and its first arguments: `run(state, net, action) -> (state, resets)`, `env_steps`
-    steps per call, the state donated."""
+    only; "pallas_actor_rollout": that with the Pallas actor, batch last only) and its first
+    arguments: `run(state, net, action) -> (state, resets)`, `env_steps` steps per call, the
+    state donated."""
+    pallas = name == "pallas_actor_rollout"
+    if pallas and batch_axis != -1:
+        raise ValueError("pallas_actor_rollout needs the batch last (--batch-axes -1)")
     quad = make_env("quadrotor-hover", QuadrotorConfig(params=args.params))
     sizes = quad.observation_size
-    if name == "actor_rollout":
+    if name in ("actor_rollout", "pallas_actor_rollout"):
         quad = ObservationSubset(quad)
     env = wrap_for_training(quad, quad.unwrapped.config.episode_steps, batch_axis)
     with_policy = name != "env"
@@ -211,6 +227,11 @@ def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: 
         policy = make_policy(ac, net, deterministic=True)
         if batch_axis == -1:  # obs [F, B] -> actions [A, B]
             policy = jax.vmap(policy, in_axes=(-1, None), out_axes=-1)
+        if pallas:
+            actor = make_pallas_actor(
+                net, block_size=min(batch, args.pallas_block_size), fast_tanh=args.pallas_fast_tanh
+            )
+            policy = lambda obs, key: (actor(obs), {})  # noqa: E731
 
         def body(carry, _):
             s, resets = carry
@@ -221,7 +242,7 @@ def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: 
             return (s, resets + s.done), None
 
         init = (state, jnp.zeros_like(state.done))
-        state, resets = jax.lax.scan(body, init, None, length=args.env_steps)[0]
+        state, resets = jax.lax.scan(body, init, None, length=args.env_steps, unroll=args.unroll)[0]
         return state, jnp.sum(resets)
 
     return jax.jit(rollout, donate_argnums=0), (state, ac.init(k_net), action)
@@ -253,6 +274,8 @@ def run_ours(args: Args) -> dict:
         (name, axis) for axis in args.batch_axes for name in args.benchmarks if name != "dynamics"
     ]
     for name, axis in runs:
+        if name == "pallas_actor_rollout" and (axis != -1 or _on_cpu()):
+            continue  # a Triton kernel over batch-last observations
         res: dict = {}
         for batch in args.batch_sizes:
             key, sub = jax.random.split(key)
@@ -281,6 +304,8 @@ INCLUDES = {
     "normalization choosing every action.",
     "actor_rollout": "policy_rollout with the actor observation only (the critic's privileged "
     "observation is not computed).",
+    "pallas_actor_rollout": "actor_rollout with the actor as one Pallas kernel (normalizer, "
+    "hidden layers on chip, TF32 tensor cores).",
 }
 PEER_INCLUDES = {
     "dynamics": "l2f vector step: RK4 rigid body + rotor lag, dt 0.01 s, action history (16); "

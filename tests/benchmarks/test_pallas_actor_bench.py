@@ -1,0 +1,26 @@
+"""Smoke test of benchmarks/pallas_actor.py on the CPU (Pallas' interpreter): the JSON's shape and
+the parity it reports."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+pallas_actor = pytest.importorskip("pallas_actor")
+
+
+def test_interpreted_kernel_matches_xla(tmp_path, capsys):
+    out = tmp_path / "pallas_actor.json"
+    argv = ["--batch-sizes", "256", "--block-sizes", "64", "--fast-tanh", "False", "--calls", "1"]
+    report = pallas_actor.main([*argv, "--interpret", "--out", str(out)])
+    assert json.loads(capsys.readouterr().out) == report == json.loads(out.read_text())
+    res = report["results"]["256"]
+    variant = res["pallas"]["block64_warps4"]
+    assert res["best"] == "block64_warps4"
+    assert variant["max_abs_diff_vs_xla"] < 1e-5
+    assert 0.05 < res["clipped_share"] < 0.95
+    assert variant["steps_per_s"] > 0 and res["xla"]["steps_per_s"] > 0
