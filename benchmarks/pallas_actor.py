@@ -27,8 +27,13 @@ import jax.numpy as jnp
 import tyro
 from sim_throughput import emit_json
 
-from policies import NetworkConfig, NormalizerState, make_actor_critic, make_policy
-from policies.pallas_actor import make_pallas_actor
+from policies import (
+    NetworkConfig,
+    NormalizerState,
+    make_actor_critic,
+    make_pallas_actor,
+    make_policy,
+)
 
 OBS, ACT = 50, 4
 

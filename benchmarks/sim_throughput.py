@@ -50,8 +50,8 @@ import jax
 import jax.numpy as jnp
 import tyro
 
+from policies import make_pallas_actor
 from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
-from policies.pallas_actor import make_pallas_actor
 from sim import ObservationSubset, make_env, wrap_for_training
 from sim.quadrotor import Disturbance, QuadrotorConfig, RigidState, get_params, integrate
 from sim.quadrotor.params import GRAVITY

@@ -1,4 +1,5 @@
-"""Flax networks (MLP actor-critic with an asymmetric critic), normalizers and action heads.
+"""Flax networks (MLP actor-critic with an asymmetric critic), normalizers and action heads, and
+the deterministic actor as one Pallas kernel over batch-last observations (`make_pallas_actor`).
 
 Everything is pure init/apply."""
 
@@ -11,6 +12,7 @@ from policies.actor_critic import (
     make_policy,
 )
 from policies.normalizer import NormalizerState, init_normalizer, normalize, update_normalizer
+from policies.pallas_actor import make_pallas_actor
 
 __all__ = [
     "ActorCritic",
@@ -20,6 +22,7 @@ __all__ = [
     "gaussian_log_prob",
     "init_normalizer",
     "make_actor_critic",
+    "make_pallas_actor",
     "make_policy",
     "normalize",
     "update_normalizer",

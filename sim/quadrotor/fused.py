@@ -26,8 +26,9 @@ the GPU), the last layer is one row reduction per action.
 `use_pallas=False` runs the kernel's code through XLA instead, one jitted step per call (the
 tests, on the CPU: Pallas' interpreter and XLA:CPU take minutes to compile the chained steps).
 Covered: quadrotor tasks with the actor observation only; the envs per block are a power of two
-that divides the batch. Triton compiles the kernel in minutes (over 200 s on the H200 for 100
-steps, not yet timed to the end): the reset and the observation noise hold ~60 Threefry blocks.
+that divides the batch. Triton has not finished compiling the kernel on the H200 (over 8 min, for
+100 steps or for 10: the cost is per loop body; the reset and the observation noise hold ~60
+Threefry blocks; README, "Fused rollout"), so it is not yet timed there.
 """
 
 from __future__ import annotations

@@ -5,8 +5,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from policies import NetworkConfig, NormalizerState, make_actor_critic, make_policy
-from policies.pallas_actor import _chunks, make_pallas_actor
+from policies import (
+    NetworkConfig,
+    NormalizerState,
+    make_actor_critic,
+    make_pallas_actor,
+    make_policy,
+)
+from policies.pallas_actor import _chunks
 
 F, A = 50, 4
 
