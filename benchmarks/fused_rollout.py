@@ -18,7 +18,6 @@ difference, the share of envs within 1e-3 of each other and the reset counts of 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import gc
 import statistics
 import sys
@@ -30,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 from sim_throughput import Args as ThroughputArgs
-from sim_throughput import emit_json, make_rollout
+from sim_throughput import emit_json, make_rollout, report_header
 
 from sim import ObservationSubset, make_env, wrap_for_training
 from sim.quadrotor import QuadrotorConfig
@@ -157,15 +156,7 @@ def run(args: Args) -> dict:
         results[str(batch)] = row
         del state
         gc.collect()
-    report = {
-        "benchmark": "fused_rollout",
-        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "backend": jax.default_backend(),
-        "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
-        "jax_version": jax.__version__,
-        "config": dataclasses.asdict(args),
-        "results": results,
-    }
+    report = {**report_header("fused_rollout", args), "results": results}
     if args.parity_batch:
         report["parity"] = _parity(args, jax.random.key(args.seed + 1), variants[0])
     return report

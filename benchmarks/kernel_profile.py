@@ -24,7 +24,7 @@ from typing import Literal
 import jax
 import tyro
 from sim_throughput import Args as ThroughputArgs
-from sim_throughput import emit_json, make_rollout
+from sim_throughput import emit_json, make_rollout, report_header
 
 Rollout = Literal["env", "policy_rollout", "actor_rollout", "pallas_actor_rollout"]
 
@@ -112,14 +112,7 @@ def profile(args: Args, name: str, batch_axis: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
-    report: dict = {
-        "benchmark": "kernel_profile",
-        "backend": jax.default_backend(),
-        "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
-        "jax_version": jax.__version__,
-        "config": dataclasses.asdict(args),
-        "results": {},
-    }
+    report = {**report_header("kernel_profile", args), "results": {}}
     for axis in args.batch_axes:
         for name in args.rollouts:
             if name == "pallas_actor_rollout" and axis != -1:

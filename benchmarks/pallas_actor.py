@@ -18,14 +18,13 @@ precision (`jax.default_matmul_precision("highest")`), and the share of clipped 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import time
 from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import tyro
-from sim_throughput import emit_json
+from sim_throughput import emit_json, report_header
 
 from policies import (
     NetworkConfig,
@@ -129,15 +128,8 @@ def run(args: Args, batch: int) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     args = tyro.cli(Args, args=argv)
-    report = {
-        "benchmark": "pallas_actor",
-        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "backend": jax.default_backend(),
-        "device": getattr(jax.devices()[0], "device_kind", str(jax.devices()[0])),
-        "jax_version": jax.__version__,
-        "config": dataclasses.asdict(args),
-        "results": {str(b): run(args, b) for b in args.batch_sizes},
-    }
+    report = report_header("pallas_actor", args)
+    report["results"] = {str(b): run(args, b) for b in args.batch_sizes}
     return emit_json(report, args.out)
 
 

@@ -441,16 +441,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = _resolve(tyro.cli(Args, args=argv))
     load_start = os.getloadavg()
     report: dict = {
-        "benchmark": "sim_throughput",
-        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "backend": jax.default_backend(),
-        "device": _device_name(),
+        **report_header("sim_throughput", args),
         "device_count": jax.device_count(),
-        "jax_version": jax.__version__,
         "cpu_count": os.cpu_count(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "dtype": str(jnp.zeros(()).dtype),
-        "config": dataclasses.asdict(args),
         "notes": [
             "steps/s = env steps (one 10 ms control step of one quadrotor) per wall second.",
             "steps_per_s is the median over repeats; _max/_min bound it (host load adds noise).",
@@ -467,6 +462,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     report["ratios_vs_reference"] = _reference_ratios(report["ours"])
     report["loadavg_start_end"] = [load_start, os.getloadavg()]
     return emit_json(report, args.out)
+
+
+def report_header(benchmark: str, args: object) -> dict:
+    """The fields every GPU-or-CPU benchmark JSON here starts with: name, UTC time, backend,
+    device, JAX version and the resolved config (`args`, a dataclass)."""
+    return {
+        "benchmark": benchmark,
+        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "backend": jax.default_backend(),
+        "device": _device_name(),
+        "jax_version": jax.__version__,
+        "config": dataclasses.asdict(args),
+    }
 
 
 def emit_json(report: dict, out: str | None) -> dict:
