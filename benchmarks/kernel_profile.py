@@ -39,8 +39,11 @@ class Args:
     """Env steps per traced call."""
     unroll: int = 1
     """`lax.scan` unroll of the step loop (`sim_throughput.py --unroll`)."""
-    pallas_block_size: int = 128
-    """Envs per Triton program of `pallas_actor_rollout`."""
+    pallas_block_size: int = 64
+    """Envs per block (one MMA's rows) of `pallas_actor_rollout`'s kernel."""
+    pallas_programs: int = 1024
+    """Least number of Triton programs of `pallas_actor_rollout`'s kernel, each looping over
+    blocks (0: one block per program)."""
     pallas_fast_tanh: bool = True
     """`pallas_actor_rollout` with tanh.approx.f32 (`sim_throughput.py --pallas-fast-tanh`)."""
     rollouts: tuple[Rollout, ...] = ("env", "policy_rollout", "actor_rollout")
@@ -76,6 +79,7 @@ def profile(args: Args, name: str, batch_axis: int) -> dict:
             env_steps=args.steps,
             unroll=args.unroll,
             pallas_block_size=args.pallas_block_size,
+            pallas_programs=args.pallas_programs,
             pallas_fast_tanh=args.pallas_fast_tanh,
         ),
         args.batch_size,

@@ -5,8 +5,9 @@ a random normalizer, the output layer scaled ×100 so that part of the actions c
 `[50, B]` observation array (the quadrotor's actor observation):
   xla     the peer: `jax.vmap(make_policy(ac, params, deterministic=True), in_axes=-1,
           out_axes=-1)`, as `sim_throughput.py`'s batch-last rollouts run it.
-  pallas  `policies.make_pallas_actor(params)` for each `--block-sizes` × `--num-warps`
-          (× `--fast-tanh`) variant.
+  pallas  `policies.make_pallas_actor(params)` for each `--block-sizes` × `--programs` ×
+          `--num-stages` × `--num-warps` × `--fast-tanh` variant (`--programs 0`: one block of
+          envs per Triton program; N: each program loops over blocks, ≥ N programs).
 Each is timed as the mean of `--calls` jitted calls after a compiling and a warm-up call. Parity:
 the largest action difference from the XLA actor and from the XLA actor at full float32
 precision (`jax.default_matmul_precision("highest")`), and the share of clipped actions.
@@ -18,6 +19,7 @@ precision (`jax.default_matmul_precision("highest")`), and the share of clipped 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Sequence
 
@@ -43,11 +45,15 @@ class Args:
 
     batch_sizes: tuple[int, ...] = (1048576, 4194304, 16777216)
     """Observations per call."""
-    block_sizes: tuple[int, ...] = (128, 256)
-    """Envs per Triton program."""
+    block_sizes: tuple[int, ...] = (64, 128)
+    """Envs per block (one MMA's rows)."""
+    programs: tuple[int, ...] = (0, 1024)
+    """Least number of Triton programs, each looping over blocks (0: one block per program)."""
+    num_stages: tuple[int, ...] = (1, 3)
+    """Triton pipeline stages of a program's loop over blocks."""
     num_warps: tuple[int, ...] = (4,)
     """Warps per Triton program."""
-    fast_tanh: tuple[bool, ...] = (True, False)
+    fast_tanh: tuple[bool, ...] = (True,)
     """tanh.approx.f32 in the hidden layers, or libdevice's tanh."""
     calls: int = 20
     """Timed calls per variant."""
@@ -98,29 +104,32 @@ def run(args: Args, batch: int) -> dict:
         "clipped_share": float(jnp.mean(jnp.abs(exact) == 1.0)),
         "pallas": {},
     }
-    for block in args.block_sizes:
-        for warps in args.num_warps:
-            for fast in args.fast_tanh:
-                name = f"block{block}_warps{warps}" + ("_fast_tanh" if fast else "")
-                kernel = make_pallas_actor(
-                    params, block_size=block, num_warps=warps, fast_tanh=fast,
-                    interpret=args.interpret,
-                )  # fmt: skip
-                try:
-                    fn = jax.jit(kernel)
-                    first, ms = _time(fn, obs, args.calls)
-                    out = fn(obs)
-                except Exception as e:  # e.g. a variant Triton cannot compile
-                    res["pallas"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-                    continue
-                res["pallas"][name] = {
-                    "ms_per_call": ms,
-                    "first_call_s": first,
-                    "steps_per_s": batch / ms * 1e3,
-                    "max_abs_diff_vs_xla": float(jnp.max(jnp.abs(out - ref))),
-                    "max_abs_diff_vs_float32": float(jnp.max(jnp.abs(out - exact))),
-                    "speedup_vs_xla": res["xla"]["ms_per_call"] / ms,
-                }
+    variants = itertools.product(
+        args.block_sizes, args.programs, args.num_stages, args.num_warps, args.fast_tanh
+    )
+    for block, programs, stages, warps, fast in variants:
+        name = f"block{block}_programs{programs}_stages{stages}_warps{warps}" + (
+            "_fast_tanh" if fast else ""
+        )
+        kernel = make_pallas_actor(
+            params, block_size=block, programs=programs, num_warps=warps, num_stages=stages,
+            fast_tanh=fast, interpret=args.interpret,
+        )  # fmt: skip
+        try:
+            fn = jax.jit(kernel)
+            first, ms = _time(fn, obs, args.calls)
+            out = fn(obs)
+        except Exception as e:  # e.g. a variant Triton cannot compile
+            res["pallas"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            continue
+        res["pallas"][name] = {
+            "ms_per_call": ms,
+            "first_call_s": first,
+            "steps_per_s": batch / ms * 1e3,
+            "max_abs_diff_vs_xla": float(jnp.max(jnp.abs(out - ref))),
+            "max_abs_diff_vs_float32": float(jnp.max(jnp.abs(out - exact))),
+            "speedup_vs_xla": res["xla"]["ms_per_call"] / ms,
+        }
     ok = {k: v for k, v in res["pallas"].items() if "ms_per_call" in v}
     res["best"] = min(ok, key=lambda k: ok[k]["ms_per_call"]) if ok else None
     return res

@@ -73,8 +73,11 @@ class Args:
     unroll: int = 1
     """`lax.scan` unroll of the env benchmarks' step loop (2 lets XLA write the action history
     into the loop carry on every other step instead of copying it there on every step)."""
-    pallas_block_size: int = 128
-    """Envs per Triton program of `pallas_actor_rollout`."""
+    pallas_block_size: int = 64
+    """Envs per block (one MMA's rows) of `pallas_actor_rollout`'s kernel."""
+    pallas_programs: int = 1024
+    """Least number of Triton programs of `pallas_actor_rollout`'s kernel, each looping over
+    blocks (0: one block per program)."""
     pallas_fast_tanh: bool = True
     """`pallas_actor_rollout` with the GPU's tanh.approx.f32 in the hidden layers (relative error
     ≤ 2⁻¹¹, the rounding of the TF32 matmuls beside it)."""
@@ -229,7 +232,10 @@ def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: 
             policy = jax.vmap(policy, in_axes=(-1, None), out_axes=-1)
         if pallas:
             actor = make_pallas_actor(
-                net, block_size=min(batch, args.pallas_block_size), fast_tanh=args.pallas_fast_tanh
+                net,
+                block_size=min(batch, args.pallas_block_size),
+                programs=args.pallas_programs,
+                fast_tanh=args.pallas_fast_tanh,
             )
             policy = lambda obs, key: (actor(obs), {})  # noqa: E731
 

@@ -4,9 +4,10 @@ XLA runs `jax.vmap(policy, in_axes=-1, out_axes=-1)` (`make_policy(..., determin
 observations `[F, B]`) as a normalizer kernel and one GEMM kernel per layer: the normalized
 observation and every hidden layer `[H, B]` go through device memory and back. On an H200 at
 4.2 M envs that is 2.2 ms of a 4.85 ms quadrotor rollout step (README, "Simulator throughput").
-Here one Triton program owns `block_size` envs and keeps everything on chip: it reads the
-observation block once, normalizes it, runs the hidden layers on the tensor cores and writes the
-actions `[A, B]`:
+Here the whole actor is one kernel that keeps everything on chip: a Triton program reads the
+weights once, then loops over blocks of `block_size` envs (a static trip count that leaves at least
+`programs` programs), reading each observation block once, normalizing it, running the hidden
+layers on the tensor cores and writing the actions `[A, B]`:
 
     z = clip((obs − mean) / max(σ, 1e-3), ±10)         (policies.normalizer.normalize)
     h₁ = act(W₁ᵀ z + b₁), …, hₙ = act(Wₙᵀ hₙ₋₁ + bₙ)  (policies.actor_critic.MLP)
@@ -73,46 +74,76 @@ def _operands(params: Params) -> list[jax.Array]:
     return [jnp.asarray(x, jnp.float32) for x in ops]
 
 
-def _kernel(obs_ref, mean_ref, inv_ref, *refs, n_obs: int, act, clip: float):
-    """One block: obs_ref [F, N] → out_ref [A, N] (refs: `_operands` after the normalizer, then
-    out_ref). The hidden layers are env-major, [N, H]: the MMA's rows are envs."""
+def _kernel(
+    obs_ref, mean_ref, inv_ref, *refs, n_obs: int, act, clip: float, block: int, trips: int
+):
+    """One program: `trips` blocks of `block` envs, obs_ref [F, trips·block] → out_ref
+    [A, trips·block] (refs: `_operands` after the normalizer, then out_ref). The weights are read
+    once, before the loop over the blocks. The hidden layers are env-major, [block, H]: the MMA's
+    rows are envs."""
     *layer_refs, out_ref = refs
     (w1_ref, b1_ref), hidden = layer_refs[:2], layer_refs[2:-2]
     wo_ref, bo_ref = layer_refs[-2:]
-
-    def normalized(rows: pl.Slice) -> jax.Array:  # [rows, N]
-        z = (obs_ref[rows, :] - mean_ref[rows, :]) * inv_ref[rows, :]
-        return jnp.clip(z, -clip, clip)
-
-    h = b1_ref[...]  # [1, H1], broadcast against the first product
+    # (rows, mean, 1/σ, W₁ rows) per piece of the observation: power-of-two chunks of ≥ 16 rows
+    # for the tensor cores, single rows (outer products) for the rest
+    pieces = []
     for start, size in _chunks(n_obs):
-        if size >= _MIN_DOT:  # tensor cores: [N, size] @ [size, H1]
-            z = normalized(pl.ds(start, size))
-            h = h + jnp.dot(z.T, w1_ref[pl.ds(start, size), :], preferred_element_type=jnp.float32)
-        else:  # outer products: [N, 1] * [1, H1]
-            for f in range(start, start + size):
-                h = h + normalized(pl.ds(f, 1)).T * w1_ref[pl.ds(f, 1), :]
-    h = act(h)
-    for w_ref, b_ref in zip(hidden[::2], hidden[1::2], strict=True):
-        h = act(jnp.dot(h, w_ref[...], preferred_element_type=jnp.float32) + b_ref[...])
-    for j in range(out_ref.shape[0]):  # output layer: one weighted row sum per action
-        a = jnp.sum(h * wo_ref[pl.ds(j, 1), :], axis=1) + bo_ref[j, 0]
-        out_ref[j, :] = jnp.clip(a, -1.0, 1.0)
+        rows = [(start, size)] if size >= _MIN_DOT else [(f, 1) for f in range(start, start + size)]
+        for r0, n in rows:
+            r = pl.ds(r0, n)
+            pieces.append((r, mean_ref[r, :], inv_ref[r, :], w1_ref[r, :]))
+    b1 = b1_ref[...]
+    layers = [(w[...], b[...]) for w, b in zip(hidden[::2], hidden[1::2], strict=True)]
+    out_rows = [(wo_ref[pl.ds(j, 1), :], bo_ref[j, 0]) for j in range(out_ref.shape[0])]
+
+    def run_block(t, carry):
+        cols = pl.ds(0 if trips == 1 else pl.multiple_of(t * block, block), block)
+        h = b1  # [1, H1], broadcast against the first product
+        for rows, mean, inv, w in pieces:
+            z = jnp.clip((obs_ref[rows, cols] - mean) * inv, -clip, clip)  # [rows, block]
+            if w.shape[0] >= _MIN_DOT:  # tensor cores: [block, rows] @ [rows, H1]
+                h = h + jnp.dot(z.T, w, preferred_element_type=jnp.float32)
+            else:  # outer product: [block, 1] * [1, H1]
+                h = h + z.T * w
+        h = act(h)
+        for w, b in layers:
+            h = act(jnp.dot(h, w, preferred_element_type=jnp.float32) + b)
+        for j, (w, b) in enumerate(out_rows):  # output layer: one weighted row sum per action
+            out_ref[j, cols] = jnp.clip(jnp.sum(h * w, axis=1) + b, -1.0, 1.0)
+        return carry
+
+    if trips == 1:
+        run_block(0, 0)
+    else:
+        jax.lax.fori_loop(0, trips, run_block, 0)
+
+
+def _trips(blocks: int, programs: int) -> int:
+    """Blocks per program: the largest power of two that divides `blocks` and leaves at least
+    `programs` programs (1: one block per program)."""
+    trips = 1
+    while programs and blocks % (2 * trips) == 0 and blocks // (2 * trips) >= programs:
+        trips *= 2
+    return trips
 
 
 def make_pallas_actor(
     params: Params,
     activation: str = "tanh",
-    block_size: int = 128,
+    block_size: int = 64,
+    programs: int = 1024,
     num_warps: int = 4,
+    num_stages: int = 3,
     fast_tanh: bool = False,
     interpret: bool = False,
 ) -> Callable[[jax.Array], jax.Array]:
     """actor(obs [F, B]) -> actions [A, B] in [-1, 1]: the deterministic actor of
     `policies.make_actor_critic`'s `params` (normalizer included) in one kernel. B must be a
-    multiple of `block_size` (a power of two ≥ 16, envs per Triton program). fast_tanh: the
-    GPU's tanh.approx.f32 (relative error ≤ 2⁻¹¹) for a tanh activation (not under
-    `interpret`)."""
+    multiple of `block_size` (a power of two ≥ 16, envs per MMA). Each Triton program reads the
+    weights once and loops over a power-of-two number of blocks, leaving at least `programs`
+    programs (0: one block per program); `num_stages`: Triton's software pipelining of that
+    loop. fast_tanh: the GPU's tanh.approx.f32 (relative error ≤ 2⁻¹¹) for a tanh activation
+    (not under `interpret`)."""
     if block_size & (block_size - 1) or block_size < _MIN_DOT:
         raise ValueError(f"block_size must be a power of two ≥ 16, got {block_size}")
     if activation not in _ACTIVATIONS:
@@ -123,8 +154,6 @@ def make_pallas_actor(
     if fast_tanh and activation == "tanh" and not interpret:
         act = pltr.approx_tanh
 
-    kernel = functools.partial(_kernel, n_obs=n_obs, act=act, clip=10.0)
-
     def whole(x: jax.Array) -> pl.BlockSpec:
         return pl.BlockSpec(x.shape, lambda i: (0,) * x.ndim)
 
@@ -134,14 +163,18 @@ def make_pallas_actor(
         batch = obs.shape[1]
         if batch % block_size:
             raise ValueError(f"the batch ({batch}) must be a multiple of block_size ({block_size})")
+        trips = _trips(batch // block_size, programs)
+        span = trips * block_size  # envs per program
+        kernel = functools.partial(
+            _kernel, n_obs=n_obs, act=act, clip=10.0, block=block_size, trips=trips
+        )
         return pl.pallas_call(
             kernel,
             out_shape=jax.ShapeDtypeStruct((n_act, batch), jnp.float32),
-            grid=(batch // block_size,),
-            in_specs=[pl.BlockSpec((n_obs, block_size), lambda i: (0, i))]
-            + [whole(x) for x in ops],
-            out_specs=pl.BlockSpec((n_act, block_size), lambda i: (0, i)),
-            compiler_params=pltr.CompilerParams(num_warps=num_warps, num_stages=1),
+            grid=(batch // span,),
+            in_specs=[pl.BlockSpec((n_obs, span), lambda i: (0, i))] + [whole(x) for x in ops],
+            out_specs=pl.BlockSpec((n_act, span), lambda i: (0, i)),
+            compiler_params=pltr.CompilerParams(num_warps=num_warps, num_stages=num_stages),
             interpret=interpret,
             name="pallas_actor",
         )(obs.astype(jnp.float32), *ops)

@@ -264,7 +264,10 @@ class QuadrotorEnv(Env):
     def step(self, state: State, action: jax.Array) -> State:
         data: QuadData = state.data
         action = jnp.clip(action, -1.0, 1.0)
-        actions = jnp.concatenate([action[None], data.actions[:-1]], axis=0)
+        # the newest action in front of the shifted history, as a select: XLA:GPU runs it as one
+        # vectorized loop (0.35 ms per step at 4.2 M envs, batch last; a concatenate: 0.56 ms)
+        row = jax.lax.broadcasted_iota(jnp.int32, data.actions.shape, 0)
+        actions = jnp.where(row == 0, action[None], jnp.pad(data.actions[:-1], ((1, 0), (0, 0))))
         applied = actions[self.config.action_delay]
         rigid = dyn.integrate(
             data.params,
@@ -274,6 +277,12 @@ class QuadrotorEnv(Env):
             self.config.ctrl_dt,
             self.config.substeps,
         )
+        if jax.default_backend() != "cpu":
+            # Without the barrier XLA:GPU recomputes the RK4 step inside the fusions that read
+            # the new state (observation, reward, termination): the H200's batch-last rollout
+            # step took 3.41 instead of 2.95 ms at 4.2 M envs. On the CPU it cost a few percent
+            # (README, "Simulator throughput").
+            rigid = jax.lax.optimization_barrier(rigid)
         data = data.replace(rigid=rigid, actions=actions, step=data.step + 1)
         key_next, key_noise = threefry.split(state.info["rng"])
         obs = self._observe(data, key_noise)

@@ -15,12 +15,14 @@ pallas_actor = pytest.importorskip("pallas_actor")
 
 def test_interpreted_kernel_matches_xla(tmp_path, capsys):
     out = tmp_path / "pallas_actor.json"
-    argv = ["--batch-sizes", "256", "--block-sizes", "64", "--fast-tanh", "False", "--calls", "1"]
+    argv = ["--batch-sizes", "256", "--block-sizes", "64", "--programs", "0", "2"]
+    argv += ["--num-stages", "1", "--fast-tanh", "False", "--calls", "1"]
     report = pallas_actor.main([*argv, "--interpret", "--out", str(out)])
     assert json.loads(capsys.readouterr().out) == report == json.loads(out.read_text())
     res = report["results"]["256"]
-    variant = res["pallas"]["block64_warps4"]
-    assert res["best"] == "block64_warps4"
-    assert variant["max_abs_diff_vs_xla"] < 1e-5
+    names = {"block64_programs0_stages1_warps4", "block64_programs2_stages1_warps4"}
+    assert set(res["pallas"]) == names and res["best"] in names
+    for variant in res["pallas"].values():
+        assert variant["max_abs_diff_vs_xla"] < 1e-5
     assert 0.05 < res["clipped_share"] < 0.95
     assert variant["steps_per_s"] > 0 and res["xla"]["steps_per_s"] > 0

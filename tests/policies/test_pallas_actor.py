@@ -12,7 +12,7 @@ from policies import (
     make_pallas_actor,
     make_policy,
 )
-from policies.pallas_actor import _chunks
+from policies.pallas_actor import _chunks, _trips
 
 F, A = 50, 4
 
@@ -43,17 +43,25 @@ def test_chunks_are_power_of_two_pieces():
     assert _chunks(7) == [(0, 4), (4, 2), (6, 1)]
 
 
+def test_trips_leave_at_least_the_programs_asked_for():
+    assert _trips(65536, 1024) == 64  # 4.2 M envs in blocks of 64
+    assert _trips(48, 4) == 8  # 6 programs of 8 blocks
+    assert _trips(48, 0) == _trips(48, 100) == 1  # one block per program
+    assert _trips(7, 1) == 1  # odd: no power of two divides it
+
+
 @pytest.mark.parametrize(
-    ("hidden", "activation", "obs"),
-    [((64, 64), "tanh", F), ((32,), "relu", 18), ((16, 32, 16), "elu", 100)],
+    ("hidden", "activation", "obs", "programs"),
+    [((64, 64), "tanh", F, 1), ((32,), "relu", 18, 0), ((16, 32, 16), "elu", 100, 2)],
 )
-def test_pallas_actor_equals_make_policy(hidden, activation, obs):
+def test_pallas_actor_equals_make_policy(hidden, activation, obs, programs):
     cfg = NetworkConfig(actor_hidden=hidden, activation=activation)
     ac, params = _params(cfg, obs)
     x = 3.0 * jax.random.normal(jax.random.key(2), (obs, 256))
     x = x.at[0].set(x[0] * 1e4)  # normalized far beyond the ±10 clip
     ref = _reference(ac, params, x)
-    out = jax.jit(make_pallas_actor(params, activation, block_size=64, interpret=True))(x)
+    actor = make_pallas_actor(params, activation, block_size=64, programs=programs, interpret=True)
+    out = jax.jit(actor)(x)  # programs 1: one program loops over 4 blocks; 2: 2 programs of 2
     assert out.shape == (A, 256)
     assert jnp.mean(jnp.abs(ref) == 1.0) > 0.05  # the clip is exercised
     assert jnp.max(jnp.abs(out - ref)) < 1e-5
@@ -77,6 +85,7 @@ def test_pallas_actor_rejects_bad_input():
 
 def test_pallas_actor_lowers_to_one_triton_kernel():
     _, params = _params()
-    actor = make_pallas_actor(params, fast_tanh=True)
-    lowered = jax.jit(actor).trace(jnp.zeros((F, 1024))).lower(lowering_platforms=("cuda",))
-    assert lowered.as_text().count("xla.gpu.triton") == 1
+    for programs in (0, 4):  # one block per program; 4 programs looping over 4 blocks each
+        actor = make_pallas_actor(params, programs=programs, fast_tanh=True)
+        lowered = jax.jit(actor).trace(jnp.zeros((F, 1024))).lower(lowering_platforms=("cuda",))
+        assert lowered.as_text().count("xla.gpu.triton") == 1
