@@ -146,6 +146,8 @@ def make_pallas_actor(
     (not under `interpret`)."""
     if block_size & (block_size - 1) or block_size < _MIN_DOT:
         raise ValueError(f"block_size must be a power of two ≥ 16, got {block_size}")
+    if programs < 0:
+        raise ValueError(f"programs must be ≥ 0, got {programs}")
     if activation not in _ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; one of {sorted(_ACTIVATIONS)}")
     ops = _operands(params)

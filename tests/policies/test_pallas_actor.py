@@ -76,6 +76,8 @@ def test_pallas_actor_rejects_bad_input():
         actor(jnp.zeros((F, 96)))
     with pytest.raises(ValueError, match="power of two"):
         make_pallas_actor(params, block_size=100)
+    with pytest.raises(ValueError, match="programs must be ≥ 0"):
+        make_pallas_actor(params, programs=-1)
     with pytest.raises(ValueError, match="unknown activation"):
         make_pallas_actor(params, activation="gelu")
     _, odd = _params(NetworkConfig(actor_hidden=(48,)))
