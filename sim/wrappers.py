@@ -107,7 +107,7 @@ class AutoResetWrapper(Wrapper):
 
         def reset_chunk(carry):
             data, obs, info, pending = carry
-            (idx,) = jnp.nonzero(pending, size=k, fill_value=n)  # [K]; n pads, dropped below
+            idx = first_true(pending, k)  # [K]; n pads, dropped below
             fresh = self.env.reset(key_reset[jnp.minimum(idx, n - 1)])
 
             def put(a, b):
@@ -162,6 +162,17 @@ class ObservationSubset(Wrapper):
     @property
     def observation_size(self) -> dict[str, tuple[int, ...]]:
         return {k: v for k, v in self.env.observation_size.items() if k in self.keep}
+
+
+def first_true(mask: jax.Array, k: int) -> jax.Array:
+    """Indices of the first `k` True entries of `mask` [n], ascending, padded with n: what
+    `jnp.nonzero(mask, size=k, fill_value=n)[0]` returns, found by k binary searches over the
+    running count. `jnp.nonzero` scatters all n positions into the k slots: 1.1 ms per call at
+    n = 4.2 M on the H200 (twice per step when many envs reset), 603 against 259 µs here on the
+    CPU at n = 65536, k = 1024."""
+    count = jnp.cumsum(mask, dtype=jnp.int32)
+    wanted = jnp.arange(1, k + 1, dtype=jnp.int32)
+    return jnp.searchsorted(count, wanted, side="left", method="scan_unrolled")
 
 
 def batch_where(mask: jax.Array, new, old):

@@ -187,6 +187,17 @@ def _rollout(env, key, n_envs: int, steps: int):
     return jax.lax.scan(body, s, actions)
 
 
+@pytest.mark.parametrize(
+    ("n", "k", "p"), [(10, 3, 0.5), (1000, 32, 0.01), (1000, 32, 0.9), (7, 8, 1.0), (5, 4, 0.0)]
+)
+def test_first_true_is_nonzero(n, k, p):
+    """`sim.wrappers.first_true` returns what `jnp.nonzero(mask, size=k, fill_value=n)` does."""
+    mask = jax.random.uniform(jax.random.key(n + k), (n,)) < p
+    want = jnp.nonzero(mask, size=k, fill_value=n)[0]
+    got = jax.jit(sim.wrappers.first_true, static_argnums=1)(mask, k)
+    assert got.dtype == want.dtype and (got == want).all()
+
+
 @pytest.mark.parametrize("chunk_size", [3, None])
 def test_sparse_auto_reset_equals_dense(chunk_size):
     """Resetting only the finished envs (in chunks) reproduces the former reset-everything."""
