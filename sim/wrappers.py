@@ -46,7 +46,7 @@ class AutoResetWrapper(Wrapper):
 
     Goes outside the vmap (brax's order): `AutoResetWrapper(VmapWrapper(EpisodeWrapper(env)))`,
     all state leaves `[B, ...]`. After the batched step it resets only the envs with `done`:
-    `jnp.nonzero(done, size=K)` picks up to `K = chunk_size` of them, their reset keys are
+    `first_true(done, K)` picks up to `K = chunk_size` of them, their reset keys are
     gathered, the inner (batched) `reset` runs on those K keys and the result is scattered back;
     a `lax.while_loop` repeats this while finished envs remain (zero iterations, so no reset work,
     when none finished). `K` only trades loop trips for padding; the result does not depend on it.

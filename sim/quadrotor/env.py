@@ -280,8 +280,8 @@ class QuadrotorEnv(Env):
         if jax.default_backend() != "cpu":
             # Without the barrier XLA:GPU recomputes the RK4 step inside the fusions that read
             # the new state (observation, reward, termination): the H200's batch-last rollout
-            # step took 3.41 instead of 2.95 ms at 4.2 M envs. On the CPU it cost a few percent
-            # (README, "Simulator throughput").
+            # step took 3.41 instead of 2.95 ms at 4.2 M envs. On the CPU it was slower, by up to
+            # 22 % (README, "Simulator throughput").
             rigid = jax.lax.optimization_barrier(rigid)
         data = data.replace(rigid=rigid, actions=actions, step=data.step + 1)
         key_next, key_noise = threefry.split(state.info["rng"])
