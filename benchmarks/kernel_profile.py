@@ -46,6 +46,9 @@ class Args:
     blocks (0: one block per program)."""
     pallas_fast_tanh: bool = True
     """`pallas_actor_rollout` with tanh.approx.f32 (`sim_throughput.py --pallas-fast-tanh`)."""
+    pallas_history_from_state: bool = True
+    """`pallas_actor_rollout` reads the action history from the state
+    (`sim_throughput.py --pallas-history-from-state`)."""
     rollouts: tuple[Rollout, ...] = ("env", "policy_rollout", "actor_rollout")
     """Which rollouts to profile."""
     batch_axes: tuple[Literal[0, -1], ...] = (0, -1)
@@ -81,6 +84,7 @@ def profile(args: Args, name: str, batch_axis: int) -> dict:
             pallas_block_size=args.pallas_block_size,
             pallas_programs=args.pallas_programs,
             pallas_fast_tanh=args.pallas_fast_tanh,
+            pallas_history_from_state=args.pallas_history_from_state,
         ),
         args.batch_size,
         jax.random.key(args.seed),

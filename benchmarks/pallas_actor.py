@@ -6,8 +6,11 @@ a random normalizer, the output layer scaled ×100 so that part of the actions c
   xla     the peer: `jax.vmap(make_policy(ac, params, deterministic=True), in_axes=-1,
           out_axes=-1)`, as `sim_throughput.py`'s batch-last rollouts run it.
   pallas  `policies.make_pallas_actor(params)` for each `--block-sizes` × `--programs` ×
-          `--num-stages` × `--num-warps` × `--fast-tanh` variant (`--programs 0`: one block of
-          envs per Triton program; N: each program loops over blocks, ≥ N programs).
+          `--num-stages` × `--num-warps` × `--fast-tanh` × `--splits` variant (`--programs 0`:
+          one block of envs per Triton program; N: each program loops over blocks, ≥ N
+          programs; `--splits 18`: the observation as two arrays, its first 18 rows and the
+          rest, as `sim_throughput.py`'s `pallas_actor_rollout` passes the measured rows and
+          the action history; 0: one array).
 Each is timed as the mean of `--calls` jitted calls after a compiling and a warm-up call. Parity:
 the largest action difference from the XLA actor and from the XLA actor at full float32
 precision (`jax.default_matmul_precision("highest")`), and the share of clipped actions.
@@ -55,6 +58,8 @@ class Args:
     """Warps per Triton program."""
     fast_tanh: tuple[bool, ...] = (True,)
     """tanh.approx.f32 in the hidden layers, or libdevice's tanh."""
+    splits: tuple[int, ...] = (0,)
+    """Row at which the observation is cut into two arrays (0: one array)."""
     calls: int = 20
     """Timed calls per variant."""
     interpret: bool = False
@@ -65,15 +70,17 @@ class Args:
     """Also write the JSON to this file."""
 
 
-def _time(fn: Callable[[jax.Array], jax.Array], obs: jax.Array, calls: int) -> tuple[float, float]:
-    """(first call s, mean ms per call after a warm-up call)."""
+def _time(
+    fn: Callable[..., jax.Array], obs: Sequence[jax.Array], calls: int
+) -> tuple[float, float]:
+    """(first call s, mean ms per call after a warm-up call) of `fn(*obs)`."""
     t0 = time.perf_counter()
-    jax.block_until_ready(fn(obs))
+    jax.block_until_ready(fn(*obs))
     first = time.perf_counter() - t0
-    jax.block_until_ready(fn(obs))
+    jax.block_until_ready(fn(*obs))
     t0 = time.perf_counter()
     for _ in range(calls):
-        out = fn(obs)
+        out = fn(*obs)
     jax.block_until_ready(out)
     return first, (time.perf_counter() - t0) / calls * 1e3
 
@@ -92,7 +99,7 @@ def run(args: Args, batch: int) -> dict:
     obs = 2.0 * jax.random.normal(key_obs, (OBS, batch))
     policy = make_policy(ac, params, deterministic=True)
     xla = jax.jit(lambda o: jax.vmap(policy, in_axes=(-1, None), out_axes=-1)(o, key_obs)[0])
-    first, ms = _time(xla, obs, args.calls)
+    first, ms = _time(xla, (obs,), args.calls)
     ref = xla(obs)
     with jax.default_matmul_precision("highest"):
         exact = jax.jit(lambda o: jax.vmap(policy, in_axes=(-1, None), out_axes=-1)(o, key_obs)[0])(
@@ -105,20 +112,29 @@ def run(args: Args, batch: int) -> dict:
         "pallas": {},
     }
     variants = itertools.product(
-        args.block_sizes, args.programs, args.num_stages, args.num_warps, args.fast_tanh
+        args.block_sizes,
+        args.programs,
+        args.num_stages,
+        args.num_warps,
+        args.fast_tanh,
+        args.splits,
     )
-    for block, programs, stages, warps, fast in variants:
+    for block, programs, stages, warps, fast, split in variants:
         name = f"block{block}_programs{programs}_stages{stages}_warps{warps}" + (
             "_fast_tanh" if fast else ""
         )
+        parts = (obs,)
+        if split:
+            name += f"_split{split}"
+            parts = tuple(jnp.split(obs, [split]))
         kernel = make_pallas_actor(
             params, block_size=block, programs=programs, num_warps=warps, num_stages=stages,
             fast_tanh=fast, interpret=args.interpret,
         )  # fmt: skip
         try:
             fn = jax.jit(kernel)
-            first, ms = _time(fn, obs, args.calls)
-            out = fn(obs)
+            first, ms = _time(fn, parts, args.calls)
+            out = fn(*parts)
         except Exception as e:  # e.g. a variant Triton cannot compile
             res["pallas"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             continue

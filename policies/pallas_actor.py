@@ -15,11 +15,16 @@ layers on the tensor cores and writing the actions `[A, B]`:
 
 Triton tensors have power-of-two sizes: the F observed rows are read as power-of-two chunks (50 =
 32 + 16 + 2); chunks of ≥ 16 rows go through the tensor cores, smaller ones are outer products.
+The observation may come in row blocks that the kernel reads where they lie (`actor(*parts)`, the
+parts' rows in order make the F rows): the quadrotor's 18 measured rows from the env and its
+32-row action history straight from the state (`data.actions`), so the 50-row observation is never
+written and read back.
 The output layer is one weighted row sum per action. Float32 matmuls run in TF32, as XLA's default
 on the GPU, so actions agree with XLA's to ~1e-3, not bitwise.
 
     act = make_pallas_actor(params, activation="tanh")
     actions = act(obs)                                   # [F, B] -> [A, B], inside a jit
+    actions = act(measured, history)                     # [18, B], [32, B] -> [A, B]
 
 `interpret=True` runs the kernel through Pallas' interpreter (any backend: the tests, on the CPU).
 """
@@ -74,24 +79,28 @@ def _operands(params: Params) -> list[jax.Array]:
     return [jnp.asarray(x, jnp.float32) for x in ops]
 
 
-def _kernel(
-    obs_ref, mean_ref, inv_ref, *refs, n_obs: int, act, clip: float, block: int, trips: int
-):
-    """One program: `trips` blocks of `block` envs, obs_ref [F, trips·block] → out_ref
-    [A, trips·block] (refs: `_operands` after the normalizer, then out_ref). The weights are read
-    once, before the loop over the blocks. The hidden layers are env-major, [block, H]: the MMA's
-    rows are envs."""
-    *layer_refs, out_ref = refs
+def _kernel(*refs, parts: tuple[int, ...], act, clip: float, block: int, trips: int):
+    """One program: `trips` blocks of `block` envs; refs: the observation's row blocks [F_i,
+    trips·block] (`parts` = their F_i, in order), `_operands`, then out_ref [A, trips·block]. The
+    weights are read once, before the loop over the blocks. The hidden layers are env-major,
+    [block, H]: the MMA's rows are envs."""
+    obs_refs, (mean_ref, inv_ref, *layer_refs, out_ref) = refs[: len(parts)], refs[len(parts) :]
     (w1_ref, b1_ref), hidden = layer_refs[:2], layer_refs[2:-2]
     wo_ref, bo_ref = layer_refs[-2:]
-    # (rows, mean, 1/σ, W₁ rows) per piece of the observation: power-of-two chunks of ≥ 16 rows
-    # for the tensor cores, single rows (outer products) for the rest
-    pieces = []
-    for start, size in _chunks(n_obs):
-        rows = [(start, size)] if size >= _MIN_DOT else [(f, 1) for f in range(start, start + size)]
-        for r0, n in rows:
-            r = pl.ds(r0, n)
-            pieces.append((r, mean_ref[r, :], inv_ref[r, :], w1_ref[r, :]))
+    # (obs ref, its rows, mean, 1/σ, W₁ rows) per piece of the observation: power-of-two chunks of
+    # ≥ 16 rows for the tensor cores, single rows (outer products) for the rest
+    pieces, offset = [], 0
+    for obs_ref, n_rows in zip(obs_refs, parts, strict=True):
+        for start, size in _chunks(n_rows):
+            rows = (
+                [(start, size)]
+                if size >= _MIN_DOT
+                else [(f, 1) for f in range(start, start + size)]
+            )
+            for r0, n in rows:
+                r = pl.ds(offset + r0, n)
+                pieces.append((obs_ref, pl.ds(r0, n), mean_ref[r, :], inv_ref[r, :], w1_ref[r, :]))
+        offset += n_rows
     b1 = b1_ref[...]
     layers = [(w[...], b[...]) for w, b in zip(hidden[::2], hidden[1::2], strict=True)]
     out_rows = [(wo_ref[pl.ds(j, 1), :], bo_ref[j, 0]) for j in range(out_ref.shape[0])]
@@ -99,7 +108,7 @@ def _kernel(
     def run_block(t, carry):
         cols = pl.ds(0 if trips == 1 else pl.multiple_of(t * block, block), block)
         h = b1  # [1, H1], broadcast against the first product
-        for rows, mean, inv, w in pieces:
+        for obs_ref, rows, mean, inv, w in pieces:
             z = jnp.clip((obs_ref[rows, cols] - mean) * inv, -clip, clip)  # [rows, block]
             if w.shape[0] >= _MIN_DOT:  # tensor cores: [block, rows] @ [rows, H1]
                 h = h + jnp.dot(z.T, w, preferred_element_type=jnp.float32)
@@ -138,7 +147,8 @@ def make_pallas_actor(
     interpret: bool = False,
 ) -> Callable[[jax.Array], jax.Array]:
     """actor(obs [F, B]) -> actions [A, B] in [-1, 1]: the deterministic actor of
-    `policies.make_actor_critic`'s `params` (normalizer included) in one kernel. B must be a
+    `policies.make_actor_critic`'s `params` (normalizer included) in one kernel; `actor(*parts)`
+    takes the observation as row blocks [F_i, B] whose rows, in order, are its F. B must be a
     multiple of `block_size` (a power of two ≥ 16, envs per MMA). Each Triton program reads the
     weights once and loops over a power-of-two number of blocks, leaving at least `programs`
     programs (0: one block per program); `num_stages`: Triton's software pipelining of that
@@ -159,26 +169,36 @@ def make_pallas_actor(
     def whole(x: jax.Array) -> pl.BlockSpec:
         return pl.BlockSpec(x.shape, lambda i: (0,) * x.ndim)
 
-    def actor(obs: jax.Array) -> jax.Array:
-        if obs.ndim != 2 or obs.shape[0] != n_obs:
-            raise ValueError(f"pallas actor: obs must be [{n_obs}, B], got {obs.shape}")
-        batch = obs.shape[1]
+    def actor(*parts: jax.Array) -> jax.Array:
+        rows = tuple(int(x.shape[0]) if x.ndim == 2 else -1 for x in parts)
+        if not parts or min(rows) < 1 or sum(rows) != n_obs:
+            shapes = ", ".join(str(tuple(x.shape)) for x in parts)
+            raise ValueError(
+                f"pallas actor: obs must be [{n_obs}, B] (or row blocks adding up to it), "
+                f"got {shapes or 'nothing'}"
+            )
+        batch = parts[0].shape[1]
+        if any(x.shape[1] != batch for x in parts):
+            raise ValueError(
+                f"pallas actor: the row blocks' batches differ: {[x.shape for x in parts]}"
+            )
         if batch % block_size:
             raise ValueError(f"the batch ({batch}) must be a multiple of block_size ({block_size})")
         trips = _trips(batch // block_size, programs)
         span = trips * block_size  # envs per program
         kernel = functools.partial(
-            _kernel, n_obs=n_obs, act=act, clip=10.0, block=block_size, trips=trips
+            _kernel, parts=rows, act=act, clip=10.0, block=block_size, trips=trips
         )
         return pl.pallas_call(
             kernel,
             out_shape=jax.ShapeDtypeStruct((n_act, batch), jnp.float32),
             grid=(batch // span,),
-            in_specs=[pl.BlockSpec((n_obs, span), lambda i: (0, i))] + [whole(x) for x in ops],
+            in_specs=[pl.BlockSpec((f, span), lambda i: (0, i)) for f in rows]
+            + [whole(x) for x in ops],
             out_specs=pl.BlockSpec((n_act, span), lambda i: (0, i)),
             compiler_params=pltr.CompilerParams(num_warps=num_warps, num_stages=num_stages),
             interpret=interpret,
             name="pallas_actor",
-        )(obs.astype(jnp.float32), *ops)
+        )(*(x.astype(jnp.float32) for x in parts), *ops)
 
     return actor

@@ -138,20 +138,27 @@ class AutoResetWrapper(Wrapper):
 
 
 class ObservationSubset(Wrapper):
-    """Keeps only the observation groups in `keep` (unbatched or batched alike).
+    """Keeps only the observation groups in `keep` and, with `head`, only their first `head`
+    values (inside the vmap, or batch first).
 
     A group nothing reads is then dead code that XLA removes: the evaluation rollouts
     (`algos.evaluate.rollout`) carry no critic, so they drop the privileged observation (72 of the
     quadrotor's 122 observed values per step) instead of computing it on every step and carrying
-    it.
+    it. `head` drops values a policy reads from the state instead: the quadrotor's action history
+    (`head=18`; the Pallas actor reads `data.actions`), which is then not written and read back
+    as part of the observation on every step.
     """
 
-    def __init__(self, env: Env, keep: tuple[str, ...] = ("state",)):
+    def __init__(self, env: Env, keep: tuple[str, ...] = ("state",), head: int | None = None):
         super().__init__(env)
         self.keep = keep
+        self.head = head
+        sizes = env.observation_size
+        if head is not None and not all(0 < head <= sizes[k][-1] for k in keep):
+            raise ValueError(f"head={head} must be in 1 … the groups' sizes {sizes}")
 
     def _subset(self, state: State) -> State:
-        return state.replace(obs={k: state.obs[k] for k in self.keep})
+        return state.replace(obs={k: state.obs[k][..., : self.head] for k in self.keep})
 
     def reset(self, rng: jax.Array) -> State:
         return self._subset(self.env.reset(rng))
@@ -161,7 +168,8 @@ class ObservationSubset(Wrapper):
 
     @property
     def observation_size(self) -> dict[str, tuple[int, ...]]:
-        return {k: v for k, v in self.env.observation_size.items() if k in self.keep}
+        sizes = self.env.observation_size
+        return {k: (*sizes[k][:-1], self.head or sizes[k][-1]) for k in self.keep}
 
 
 def first_true(mask: jax.Array, k: int) -> jax.Array:

@@ -16,11 +16,11 @@ pallas_actor = pytest.importorskip("pallas_actor")
 def test_interpreted_kernel_matches_xla(tmp_path, capsys):
     out = tmp_path / "pallas_actor.json"
     argv = ["--batch-sizes", "256", "--block-sizes", "64", "--programs", "0", "2"]
-    argv += ["--num-stages", "1", "--fast-tanh", "False", "--calls", "1"]
+    argv += ["--num-stages", "1", "--fast-tanh", "False", "--splits", "0", "18", "--calls", "1"]
     report = pallas_actor.main([*argv, "--interpret", "--out", str(out)])
     assert json.loads(capsys.readouterr().out) == report == json.loads(out.read_text())
     res = report["results"]["256"]
-    names = {"block64_programs0_stages1_warps4", "block64_programs2_stages1_warps4"}
+    names = {f"block64_programs{p}_stages1_warps4{s}" for p in (0, 2) for s in ("", "_split18")}
     assert set(res["pallas"]) == names and res["best"] in names
     for variant in res["pallas"].values():
         assert variant["max_abs_diff_vs_xla"] < 1e-5

@@ -67,11 +67,29 @@ def test_pallas_actor_equals_make_policy(hidden, activation, obs, programs):
     assert jnp.max(jnp.abs(out - ref)) < 1e-5
 
 
+def test_pallas_actor_reads_the_observation_in_row_blocks():
+    ac, params = _params()
+    x = 3.0 * jax.random.normal(jax.random.key(3), (F, 128))
+    ref = _reference(ac, params, x)
+    actor = make_pallas_actor(params, block_size=64, programs=1, interpret=True)
+    # the quadrotor's split: 18 measured rows (16 on the tensor cores + 2 outer products) and the
+    # 32-row action history; and three blocks with one of a single row
+    for cuts in ((18,), (1, 18)):
+        parts = jnp.split(x, cuts)
+        assert jnp.max(jnp.abs(jax.jit(actor)(*parts) - ref)) < 1e-5
+
+
 def test_pallas_actor_rejects_bad_input():
     _, params = _params()
     actor = make_pallas_actor(params, block_size=64, interpret=True)
     with pytest.raises(ValueError, match=r"obs must be \[50, B\]"):
         actor(jnp.zeros((49, 64)))
+    with pytest.raises(
+        ValueError, match=r"row blocks adding up to it\), got \(18, 64\), \(31, 64\)"
+    ):
+        actor(jnp.zeros((18, 64)), jnp.zeros((31, 64)))
+    with pytest.raises(ValueError, match="batches differ"):
+        actor(jnp.zeros((18, 64)), jnp.zeros((32, 128)))
     with pytest.raises(ValueError, match="multiple of block_size"):
         actor(jnp.zeros((F, 96)))
     with pytest.raises(ValueError, match="power of two"):
@@ -91,3 +109,7 @@ def test_pallas_actor_lowers_to_one_triton_kernel():
         actor = make_pallas_actor(params, programs=programs, fast_tanh=True)
         lowered = jax.jit(actor).trace(jnp.zeros((F, 1024))).lower(lowering_platforms=("cuda",))
         assert lowered.as_text().count("xla.gpu.triton") == 1
+    split = jax.jit(make_pallas_actor(params, fast_tanh=True)).trace(
+        jnp.zeros((18, 1024)), jnp.zeros((32, 1024))
+    )
+    assert split.lower(lowering_platforms=("cuda",)).as_text().count("xla.gpu.triton") == 1

@@ -279,6 +279,23 @@ def test_observation_subset_keeps_the_named_groups(moving_config):
     )
 
 
+def test_observation_head_leaves_the_history_to_the_state(moving_config):
+    """`head=18`: the measured rows as before, resets included; the history rows that are gone
+    are the state's `data.actions`, which the Pallas actor reads instead."""
+    full = wrap_for_training(sim.ObservationSubset(QuadrotorEnv(moving_config)), 5)
+    head = wrap_for_training(sim.ObservationSubset(QuadrotorEnv(moving_config), head=18), 5)
+    assert head.observation_size == {"state": (18,)}
+    key = jax.random.key(8)
+    (fs, fout), (hs, hout) = (
+        jax.jit(lambda k, e=e: _rollout(e, k, B, 12))(key) for e in (full, head)
+    )
+    assert leaves_equal((hs.data, hout[0]["state"]), (fs.data, fout[0]["state"][..., :18]))
+    history = hs.data.actions[:, : moving_config.action_history].reshape(B, -1)
+    assert np.array_equal(history, fs.obs["state"][:, 18:])
+    with pytest.raises(ValueError, match="head=0 must be in 1"):
+        sim.ObservationSubset(QuadrotorEnv(moving_config), head=0)
+
+
 def test_vmap_wrapper_equals_per_env_calls(moving_config):
     inner = EpisodeWrapper(QuadrotorEnv(moving_config), episode_length=10)
     env = VmapWrapper(inner)
