@@ -145,7 +145,7 @@ def make_pallas_actor(
     num_stages: int = 3,
     fast_tanh: bool = False,
     interpret: bool = False,
-) -> Callable[[jax.Array], jax.Array]:
+) -> Callable[..., jax.Array]:
     """actor(obs [F, B]) -> actions [A, B] in [-1, 1]: the deterministic actor of
     `policies.make_actor_critic`'s `params` (normalizer included) in one kernel; `actor(*parts)`
     takes the observation as row blocks [F_i, B] whose rows, in order, are its F. B must be a
