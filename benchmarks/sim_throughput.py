@@ -245,16 +245,19 @@ def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: 
                 programs=args.pallas_programs,
                 fast_tanh=args.pallas_fast_tanh,
             )
-            policy = lambda obs, key: (actor(*obs), {})  # noqa: E731
+
+        def act(s):
+            if not with_policy:
+                return action
+            if split:  # [18, B] and the history [K, 4, B] as [4K, B]
+                return actor(s.obs["state"], s.data.actions[: history // 4].reshape(history, batch))
+            if pallas:
+                return actor(s.obs["state"])
+            return policy(s.obs["state"], k_act)[0]
 
         def body(carry, _):
             s, resets = carry
-            obs = s.obs["state"]
-            if split:  # [18, B] and the history [K, 4, B] as [4K, B]
-                obs = (obs, s.data.actions[: history // 4].reshape(history, batch))
-            elif pallas:
-                obs = (obs,)
-            a = policy(obs, k_act)[0] if with_policy else action
+            a = act(s)
             s = env.step(s, a)
             # per-env counts, summed once per call: a sum over the batch on every step fused
             # into the dynamics kernel and cost 0.6 ms of a 5.7 ms step on the H200

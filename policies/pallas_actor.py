@@ -92,12 +92,8 @@ def _kernel(*refs, parts: tuple[int, ...], act, clip: float, block: int, trips: 
     pieces, offset = [], 0
     for obs_ref, n_rows in zip(obs_refs, parts, strict=True):
         for start, size in _chunks(n_rows):
-            rows = (
-                [(start, size)]
-                if size >= _MIN_DOT
-                else [(f, 1) for f in range(start, start + size)]
-            )
-            for r0, n in rows:
+            n = size if size >= _MIN_DOT else 1
+            for r0 in range(start, start + size, n):
                 r = pl.ds(offset + r0, n)
                 pieces.append((obs_ref, pl.ds(r0, n), mean_ref[r, :], inv_ref[r, :], w1_ref[r, :]))
         offset += n_rows
