@@ -102,7 +102,7 @@ def _kernel(*refs, parts: tuple[int, ...], act, clip: float, block: int, trips: 
     out_rows = [(wo_ref[pl.ds(j, 1), :], bo_ref[j, 0]) for j in range(out_ref.shape[0])]
 
     def run_block(t, carry):
-        cols = pl.ds(0 if trips == 1 else pl.multiple_of(t * block, block), block)
+        cols = pl.ds(pl.multiple_of(t * block, block), block)
         h = b1  # [1, H1], broadcast against the first product
         for obs_ref, rows, mean, inv, w in pieces:
             z = jnp.clip((obs_ref[rows, cols] - mean) * inv, -clip, clip)  # [rows, block]
@@ -117,10 +117,7 @@ def _kernel(*refs, parts: tuple[int, ...], act, clip: float, block: int, trips: 
             out_ref[j, cols] = jnp.clip(jnp.sum(h * w, axis=1) + b, -1.0, 1.0)
         return carry
 
-    if trips == 1:
-        run_block(0, 0)
-    else:
-        jax.lax.fori_loop(0, trips, run_block, 0)
+    jax.lax.fori_loop(0, trips, run_block, 0)
 
 
 def _trips(blocks: int, programs: int) -> int:
