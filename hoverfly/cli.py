@@ -9,7 +9,7 @@
   hoverfly deploy crazyflie RUN --uri URI
   hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S]
   hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--steps N] [--eval-episodes N]
-  hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo] [--iterations N] [--sft-coef λ --sft-data D]
+  hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo|rft] [--iterations N] [--sft-coef λ]
   hoverfly vla residual --checkpoint SFT_RUN --out RUN [--ppo.total-timesteps N]   # frozen-VLA base
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command

@@ -20,12 +20,16 @@ class RLConfig:
     """Task to post-train in: the one the checkpoint's demonstrations were collected in."""
     out: str = "runs/vla_rl"
     """Run folder: metrics, checkpoints; an existing run there is resumed."""
-    algo: Literal["ppo", "grpo"] = "ppo"
+    algo: Literal["ppo", "grpo", "rft"] = "ppo"
     """"ppo": clipped surrogate with GAE over chunks and the value head on the shared backbone;
     "grpo": group-relative outcome advantages, groups of `group_size` episodes started from
-    identical simulator states, no critic."""
+    identical simulator states, no critic; "rft": rejection-sampling fine-tuning (ReST-EM,
+    RAFT): the successful episodes of every iteration are kept as demonstrations, one frame per
+    executed chunk with the actions executed from it, and trained on with the flow-matching loss
+    (`epochs` passes' worth of the new frames per iteration, minibatches from all of them)."""
     ratio: Literal["flow_noise", "fpo"] = "flow_noise"
-    """How rollouts sample chunks and the update scores them. "flow_noise": every Euler step is a
+    """How rollouts sample chunks and the update scores them (rft: only how they sample).
+    "flow_noise": every Euler step is a
     Gaussian transition with the learned std (πRL's Flow-Noise), one clipped ratio per denoising
     step (DPPO's two-layer MDP); "fpo": the evaluation sampler (Euler ODE from random noise),
     one clipped ratio exp(ℓ_old − ℓ_new) per (noise, time) draw of the flow-matching error ℓ of
@@ -48,7 +52,7 @@ class RLConfig:
     gae_lambda: float = 0.95
     """PPO: GAE λ."""
     epochs: int = 2
-    """Passes over each iteration's chunks."""
+    """Passes over each iteration's chunks (rft: over its new successful frames)."""
     minibatch_size: int = 64
     """Chunks per gradient step."""
     lr: float = 3e-5
@@ -95,8 +99,8 @@ class RLConfig:
             raise ValueError("RLConfig.init: an SFT run folder or checkpoint is required")
         if not self.out:
             raise ValueError("RLConfig.out: a run folder is required")
-        if self.algo not in ("ppo", "grpo"):
-            raise ValueError(f"RLConfig.algo: {self.algo!r} is not 'ppo' or 'grpo'")
+        if self.algo not in ("ppo", "grpo", "rft"):
+            raise ValueError(f"RLConfig.algo: {self.algo!r} is not 'ppo', 'grpo' or 'rft'")
         if self.ratio not in ("flow_noise", "fpo"):
             raise ValueError(f"RLConfig.ratio: {self.ratio!r} is not 'flow_noise' or 'fpo'")
         for name in (

@@ -21,6 +21,12 @@ chunk (`RLConfig.ratio`):
 - GRPO (Shao et al. 2024): groups of G episodes reset from identical simulator states; the
   advantage of every chunk of episode i is (R_i − mean_group R) / std_group R with the binary
   outcome R; groups whose outcomes are all equal are dropped (dynamic sampling, SimpleVLA-RL).
+- RFT (rejection-sampling fine-tuning; ReST-EM, Singh et al. 2023; RAFT, Dong et al. 2023):
+  EM on the binary outcome: the E-step keeps the successful episodes, the M-step maximizes their
+  likelihood with the flow-matching loss. Each kept episode becomes demonstration frames, one per
+  executed chunk, whose targets are the actions executed from that frame on (as a demonstration
+  is cut into chunks), so the policy imitates its own on-policy successes, recoveries included.
+  The replay holds every iteration's successes (`<out>/replay/`).
 - RL-Co (sim-real co-training): λ · the flow-matching loss on a held demonstration set is added
   to every gradient step so the policy does not forget its demonstrations.
 - Monitors per iteration: approximate KL(old ‖ new) (k3 estimator, Schulman 2020) — also the early
@@ -40,6 +46,7 @@ Run folder::
     <out>/eval.csv                     iteration, success_rate, ... (iteration 0: the start)
     <out>/learning_curve.png           train and eval success per iteration
     <out>/checkpoints/iter_<NNNNNN>/   vla.checkpoint folders (+ optimizer, iteration, env)
+    <out>/replay/iter_<NNNNNN>.npz     rft: that iteration's successful frames (`success_frames`)
 
 A rerun with the same `out` resumes after its newest checkpoint; every iteration's randomness
 derives from (seed, iteration), so a resumed run repeats an uninterrupted one.
@@ -52,7 +59,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +76,7 @@ from vla.checkpoint import (
     save_checkpoint,
 )
 from vla.configuration_rl import RLConfig
+from vla.dataset import compute_action_chunks
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor
 from vla.sft import (
@@ -79,6 +87,7 @@ from vla.sft import (
     _collect_config,
     _compiled_env,
     _evaluate,
+    _Frames,
     _load_frames,
     _progress,
     _refuse_changed_config,
@@ -91,6 +100,7 @@ __all__ = [
     "compute_group_advantages",
     "compute_policy_loss",
     "plot_learning_curve",
+    "success_frames",
     "summarize",
     "train_rl",
 ]
@@ -119,6 +129,7 @@ _METRICS = (
     "entropy",
     "clip_frac",
     "updates",
+    "replay_frames",
     "rollout_s",
     "render_s",
     "model_s",
@@ -245,7 +256,8 @@ class _Rollout:
     """One iteration's episodes, chunk-major per env: images uint8 [B, T, h, W · cams, 3] (the
     cameras side by side), proprio [B, T, Ds] (raw), texts [B], sample {name: [B, T, ...]} (what
     `_score` needs), logp [B, T, S] (the chunks' scores), value / reward / mask [B, T],
-    success [B], env_steps (executed in valid chunks),
+    actions [B, T_steps, A] (the executed actions, absolute, clipped), lengths [B] (steps of each
+    episode), success [B], env_steps (executed in valid chunks),
     seconds {"render", "model", "sim"} (wall time of each part; `sim` includes the transfers)."""
 
     images: np.ndarray
@@ -256,6 +268,8 @@ class _Rollout:
     value: torch.Tensor
     reward: torch.Tensor
     mask: torch.Tensor
+    actions: np.ndarray
+    lengths: np.ndarray
     success: np.ndarray
     env_steps: int
     seconds: dict[str, float]
@@ -308,6 +322,7 @@ def _rollout(
     h, w = ccfg.image_size
     steps: dict[str, list] = {"success": [], "done": [], "reward": []}
     chunks: dict[str, list] = {k_: [] for k_ in ("images", "proprio", "sample", "logp", "value")}
+    executed = []
     seconds = {"render": 0.0, "model": 0.0, "sim": 0.0}
     clock = time.perf_counter()
 
@@ -332,9 +347,10 @@ def _rollout(
                 cache = model.embed_prefix(batch)
                 value = model.value(batch, cache)
                 chunk, record, logp = _sample_chunk(model, batch, cache, noise_gen, ratio, draws)
-            actions = processor.actions_from_model(chunk.cpu(), proprio)[:, :k]
+            actions = processor.actions_from_model(chunk.cpu(), proprio)[:, :k].clamp(-1.0, 1.0)
+            executed.append(actions.numpy())
             lap("model")
-            actions = jnp.asarray(actions.clamp(-1.0, 1.0).transpose(0, 1).numpy())  # [K, B, A]
+            actions = jnp.asarray(actions.transpose(0, 1).numpy())  # [K, B, A]
             state, dead, (s, d, r) = execute(state, dead, actions)
             for key_, v in zip(("success", "done", "reward"), (s, d, r), strict=True):
                 steps[key_].append(np.asarray(v))
@@ -376,6 +392,8 @@ def _rollout(
         value=torch.stack(chunks["value"], 1),
         reward=torch.as_tensor(reward, dtype=torch.float32),
         mask=torch.as_tensor(mask, dtype=torch.float32),
+        actions=np.concatenate(executed, 1)[:, :t_max],
+        lengths=lengths,
         success=ok,
         env_steps=int(lengths.sum()),
         seconds=seconds,
@@ -394,6 +412,74 @@ def _model_batch(
     cams = processor.config.cameras
     obs = {cam: images[..., i * width : (i + 1) * width, :] for i, cam in enumerate(cams)}
     return {key: v.to(device) for key, v in processor(obs, proprio, texts).items()}
+
+
+# -- rejection-sampling fine-tuning (algo "rft") --------------------------------------------------
+def success_frames(ro: _Rollout, chunk_size: int, k: int) -> dict[str, np.ndarray]:
+    """The successful episodes of a rollout as demonstration frames, one per executed chunk:
+    images uint8 [N, h, W · cams, 3], states [N, Ds] (raw), chunks [N, H, A] (the absolute actions
+    executed from that frame on, as `compute_action_chunks` cuts a demonstration), is_pad [N, H],
+    texts [N]."""
+    parts: dict[str, list] = {n: [] for n in ("images", "states", "chunks", "is_pad", "texts")}
+    for b in np.flatnonzero(ro.success):
+        n = int(ro.lengths[b])
+        chunks, pad = compute_action_chunks(ro.actions[b, :n], chunk_size)
+        starts = np.arange(0, n, k)
+        parts["images"].append(ro.images[b, : len(starts)])
+        parts["states"].append(ro.proprio[b, : len(starts)])
+        parts["chunks"].append(chunks[starts])
+        parts["is_pad"].append(pad[starts])
+        parts["texts"].append(np.array([ro.texts[b]] * len(starts)))
+    if not parts["images"]:
+        h, w = ro.images.shape[2:4]
+        a = ro.actions.shape[-1]
+        return {
+            "images": np.zeros((0, h, w, 3), np.uint8),
+            "states": np.zeros((0, ro.proprio.shape[-1]), np.float32),
+            "chunks": np.zeros((0, chunk_size, a), np.float32),
+            "is_pad": np.zeros((0, chunk_size), bool),
+            "texts": np.zeros(0, "<U1"),
+        }
+    return {n: np.concatenate(v) for n, v in parts.items()}
+
+
+def _replay_frames(parts: list[dict[str, np.ndarray]], cameras, device) -> _Frames:
+    """The replay's parts as one `sft._Frames` (the cameras split from the side-by-side images)."""
+    images = np.concatenate([p["images"] for p in parts])
+    w = images.shape[2] // len(cameras)
+    tasks, task = np.unique(np.concatenate([p["texts"] for p in parts]), return_inverse=True)
+    cams = {
+        c: torch.from_numpy(np.ascontiguousarray(images[:, :, i * w : (i + 1) * w])).to(device)
+        for i, c in enumerate(cameras)
+    }
+    return _Frames(
+        cams,
+        np.concatenate([p["states"] for p in parts]),
+        np.concatenate([p["chunks"] for p in parts]),
+        np.concatenate([p["is_pad"] for p in parts]),
+        task.reshape(-1),
+        [str(t) for t in tasks],
+    )
+
+
+def _replay_path(out: Path, iteration: int) -> Path:
+    return out / "replay" / f"iter_{iteration:06d}.npz"
+
+
+def _save_replay(path: Path, part: dict[str, np.ndarray]) -> None:
+    """Atomic: a temp file renamed over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as f:
+        np.savez_compressed(f, **part)
+    os.replace(tmp, path)
+
+
+def _load_replay(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: replay part missing (the run cannot resume without it)")
+    with np.load(path, allow_pickle=False) as z:
+        return {n: z[n] for n in ("images", "states", "chunks", "is_pad", "texts")}
 
 
 # -- run folder ------------------------------------------------------------------------------------
@@ -419,6 +505,8 @@ class _Run:
     anchor: Any  # sft._Frames of the RL-Co demonstrations, or None
     compiler_options: tuple = ()
     iteration: int = 0
+    replay: list[dict[str, np.ndarray]] = field(default_factory=list)
+    """rft: the successful frames of every iteration so far (one part per iteration)."""
 
     @classmethod
     def create(cls, cfg: RLConfig) -> _Run:
@@ -469,6 +557,9 @@ class _Run:
         self.model.load_state_dict(loaded.state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
         self.iteration = int(state["iteration"])
+        if self.cfg.algo == "rft":
+            paths = (_replay_path(self.out, i) for i in range(1, self.iteration + 1))
+            self.replay = [_load_replay(p) for p in paths]
 
     def evaluate(self) -> dict[str, Any]:
         self.model.eval()
@@ -506,12 +597,22 @@ class _Run:
             cfg.fpo_draws,
         )
         t1 = time.perf_counter()
-        if cfg.algo == "ppo":
+        kl_ref = self._kl_to_reference(ro)
+        nan = float("nan")
+        if cfg.algo == "rft":
+            c = self.model.config
+            part = success_frames(ro, c.chunk_size, c.n_action_steps)
+            _save_replay(_replay_path(self.out, it + 1), part)
+            self.replay.append(part)
+            updates = self._imitate(len(part["states"]), seed)
+            updates |= {"approx_kl": nan, "clip_frac": nan}
+            groups_kept = nan
+        elif cfg.algo == "ppo":
             adv, returns = compute_gae(ro.reward, ro.value, ro.mask, cfg.gamma, cfg.gae_lambda)
             valid = ro.mask > 0
             a = adv[valid]
             adv = (adv - a.mean()) / (a.std() + 1e-8)
-            groups_kept = float("nan")
+            groups_kept = nan
         else:
             outcome = (ro.reward * ro.mask).sum(1)
             ep_adv, keep = compute_group_advantages(outcome, cfg.group_size, cfg.dynamic_sampling)
@@ -519,8 +620,8 @@ class _Run:
             returns = torch.zeros_like(adv)
             valid = (ro.mask > 0) & keep[:, None]
             groups_kept = float(keep.reshape(-1, cfg.group_size)[:, 0].float().mean())
-        kl_ref = self._kl_to_reference(ro)
-        updates = self._update(ro, adv, returns, valid, seed, it < self._warmup())
+        if cfg.algo != "rft":
+            updates = self._update(ro, adv, returns, valid, seed, it < self._warmup())
         return {
             "iteration": it + 1,
             "train_success": float(ro.success.mean()),
@@ -529,7 +630,8 @@ class _Run:
             "env_steps": ro.env_steps,
             "groups_kept": groups_kept,
             "kl_ref": kl_ref,
-            "entropy": _noise_entropy(self.model) if cfg.ratio == "flow_noise" else math.nan,
+            "entropy": _noise_entropy(self.model) if cfg.ratio == "flow_noise" else nan,
+            "replay_frames": sum(len(p["states"]) for p in self.replay),
             "rollout_s": t1 - t0,
             "render_s": ro.seconds["render"],
             "model_s": ro.seconds["model"],
@@ -615,15 +717,10 @@ class _Run:
                     value_loss = (v - returns[bi, ti].to(dev)).pow(2).mean()
                     loss = loss + cfg.vf_coef * value_loss
                 sft_loss = torch.zeros(())
-                if self.anchor is not None and not warmup:
-                    idx = rng.integers(0, len(self.anchor.states), cfg.sft_batch_size)
-                    anchor = _batch(self.anchor, self.processor, idx, dev)
-                    sft_loss = model.flow_matching_loss(anchor, generator=anchor_gen)
+                if not warmup:
+                    sft_loss = self._anchor_loss(rng, anchor_gen)
                     loss = loss + cfg.sft_coef * sft_loss
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+                self._step(loss)
                 updates += 1
                 for key, v in (
                     ("policy_loss", policy_loss),
@@ -638,6 +735,43 @@ class _Run:
             if stop:
                 break
         return {k: v / max(updates, 1) for k, v in sums.items()} | {"updates": updates}
+
+    def _anchor_loss(self, rng: np.random.Generator, gen: torch.Generator) -> torch.Tensor:
+        """RL-Co: the flow-matching loss of a batch of held demonstrations (0 without them)."""
+        if self.anchor is None:
+            return torch.zeros((), device=self._dev)
+        idx = rng.integers(0, len(self.anchor.states), self.cfg.sft_batch_size)
+        batch = _batch(self.anchor, self.processor, idx, self._dev)
+        return self.model.flow_matching_loss(batch, generator=gen)
+
+    def _step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+
+    def _imitate(self, new: int, seed: int) -> dict[str, float]:
+        """rft: ⌈epochs · new / minibatch_size⌉ flow-matching steps on minibatches drawn uniformly
+        from the replay of every iteration's successful frames (`new` of them from this one),
+        each + sft_coef × the RL-Co anchor's loss."""
+        cfg, model, dev = self.cfg, self.model, self._dev
+        model.train()
+        rng = np.random.default_rng(seed)
+        gen = torch.Generator(dev).manual_seed(seed)
+        steps = math.ceil(cfg.epochs * new / cfg.minibatch_size)
+        frames = _replay_frames(self.replay, model.config.cameras, dev) if steps else None
+        sums = {"policy_loss": 0.0, "sft_loss": 0.0}
+        for _ in range(steps):
+            idx = rng.integers(0, len(frames.states), cfg.minibatch_size)
+            loss = model.flow_matching_loss(_batch(frames, self.processor, idx, dev), generator=gen)
+            sft_loss = self._anchor_loss(rng, gen)
+            self._step(loss + cfg.sft_coef * sft_loss)
+            sums["policy_loss"] += float(loss.detach())
+            sums["sft_loss"] += float(sft_loss.detach())
+        return {k: v / max(steps, 1) for k, v in sums.items()} | {
+            "value_loss": 0.0,
+            "updates": steps,
+        }
 
 
 def train_rl(
@@ -717,7 +851,7 @@ def plot_learning_curve(out: str | os.PathLike) -> Path:
     out = Path(out)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for name, col, label in (
-        ("metrics.csv", "train_success", "training rollouts (flow noise)"),
+        ("metrics.csv", "train_success", "training rollouts"),
         ("eval.csv", "success_rate", "evaluation (deterministic)"),
     ):
         path = out / name

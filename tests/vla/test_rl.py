@@ -1,7 +1,9 @@
 """RL post-training of the compact VLA (`vla.rl`): hand-computed GAE / GRPO / clipped-loss oracles,
-and short PPO and GRPO (+ RL-Co anchor) runs in the MJX arm env that resume after a kill."""
+the cutting of successful episodes into frames, and short PPO, GRPO (+ RL-Co anchor) and RFT runs
+in the MJX arm env that resume after a kill."""
 
 import csv
+import dataclasses
 import math
 
 import numpy as np
@@ -13,14 +15,18 @@ from vla.collect import FAST_COMPILE
 from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
 from vla.rl import (
+    _replay_frames,
+    _Rollout,
     _rollout,
+    _Run,
     _score,
     compute_gae,
     compute_group_advantages,
     compute_policy_loss,
+    success_frames,
     train_rl,
 )
-from vla.sft import train_sft
+from vla.sft import _batch, train_sft
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
@@ -209,3 +215,93 @@ def test_grpo_fpo_with_sft_anchor(sft_run, demo_dataset, tmp_path):
     assert float(row["sft_loss"]) > 0 and float(row["value_loss"]) == 0.0
     assert int(row["updates"]) >= 1 and float(row["groups_kept"]) == 1.0
     assert float(row["approx_kl"]) > 0 and math.isnan(float(row["entropy"]))
+
+
+def _fake_rollout(success, lengths, steps=7, k=2, a=3) -> _Rollout:
+    b, t = len(success), -(-steps // k)
+    images = np.arange(b * t, dtype=np.uint8).reshape(b, t, 1, 1, 1) * np.ones(
+        (1, 1, 4, 8, 3), np.uint8
+    )
+    return _Rollout(
+        images=images,
+        proprio=np.arange(b * t * 2, dtype=np.float32).reshape(b, t, 2),
+        texts=[f"episode {i}" for i in range(b)],
+        sample={}, logp=torch.zeros(b, t, 1), value=torch.zeros(b, t),
+        reward=torch.zeros(b, t), mask=torch.ones(b, t),
+        actions=np.arange(b * steps * a, dtype=np.float32).reshape(b, steps, a),
+        lengths=np.asarray(lengths), success=np.asarray(success), env_steps=int(sum(lengths)),
+        seconds={},
+    )  # fmt: skip
+
+
+def test_success_frames_cut_the_executed_actions_of_successful_episodes():
+    ro = _fake_rollout([True, False, True], [5, 7, 7])
+    f = success_frames(ro, chunk_size=4, k=2)
+    assert len(f["states"]) == 3 + 4  # chunk starts 0, 2, 4 and 0, 2, 4, 6
+    assert list(f["texts"]) == ["episode 0"] * 3 + ["episode 2"] * 4
+    np.testing.assert_array_equal(f["images"][:3, 0, 0, 0], ro.images[0, :3, 0, 0, 0])
+    np.testing.assert_array_equal(f["states"][3:], ro.proprio[2])
+    # episode 0 ends after 5 steps: the frame at step 4 holds action 4, then its last one padded
+    np.testing.assert_array_equal(f["chunks"][2], ro.actions[0, [4, 4, 4, 4]])
+    np.testing.assert_array_equal(f["is_pad"][2], [False, True, True, True])
+    np.testing.assert_array_equal(f["chunks"][4], ro.actions[2, 2:6])
+    assert not f["is_pad"][4].any()
+    empty = success_frames(_fake_rollout([False], [7]), chunk_size=4, k=2)
+    assert empty["chunks"].shape == (0, 4, 3) and empty["images"].shape == (0, 4, 8, 3)
+
+
+def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
+    """The M-step lowers the flow-matching loss of the replayed frames (frames of the scripted
+    demonstrations stand in for successes, which a 2-step SFT model does not have)."""
+    from vla.dataset import LeRobotDataset
+    from vla.sft import _load_frames
+
+    run = _Run.create(_cfg(sft_run, tmp_path / "rft", algo="rft", epochs=4))
+    frames = _load_frames(LeRobotDataset(demo_dataset), run.model.config, torch.device("cpu"))
+    idx = np.arange(0, len(frames.states), 9)[:16]
+    part = {
+        "images": np.concatenate([frames.images[c][idx].numpy() for c in ("front", "wrist")], 2),
+        "states": frames.states[idx],
+        "chunks": frames.chunks[idx],
+        "is_pad": frames.is_pad[idx],
+        "texts": np.array([frames.tasks[i] for i in frames.task[idx]]),
+    }
+    run.replay = [part]
+
+    def loss() -> float:  # on all 16 frames, the same noise and times every time
+        frames = _replay_frames(run.replay, run.model.config.cameras, torch.device("cpu"))
+        batch = _batch(frames, run.processor, np.arange(16), torch.device("cpu"))
+        with torch.no_grad():
+            return float(run.model.flow_matching_loss(batch, torch.Generator().manual_seed(0)))
+
+    before = loss()
+    assert run._imitate(len(idx), seed=0)["updates"] == 8  # ⌈4 · 16 / 8⌉
+    for seed in range(1, 6):
+        run._imitate(len(idx), seed)
+    assert loss() < 0.8 * before  # 1.84 → 1.32 when written
+    assert run._imitate(0, seed=9)["updates"] == 0
+
+
+def test_rft_run_writes_its_replay_and_resumes_after_a_kill(sft_run, tmp_path):
+    cfg = _cfg(sft_run, tmp_path / "full", algo="rft", ratio="fpo", fpo_draws=1)
+    train_rl(cfg, progress=False, compiler_options=FAST_COMPILE)
+    rows = _rows(tmp_path / "full" / "metrics.csv")
+    for i, row in enumerate(rows, 1):
+        with np.load(tmp_path / "full" / "replay" / f"iter_{i:06d}.npz") as z:
+            assert len(z["states"]) == len(z["chunks"]) == len(z["texts"])
+            n = len(z["states"])
+        assert (n > 0) == (float(row["train_success"]) > 0)
+    assert math.isnan(float(rows[0]["approx_kl"])) and float(rows[0]["value_loss"]) == 0.0
+
+    def kill(it, _):
+        if it == 2:
+            raise KeyboardInterrupt
+
+    killed = _cfg(sft_run, tmp_path / "killed", algo="rft", ratio="fpo", fpo_draws=1)
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(killed, False, kill, FAST_COMPILE)
+    train_rl(killed, progress=False, compiler_options=FAST_COMPILE)
+    assert _learning(_rows(tmp_path / "killed" / "metrics.csv")) == _learning(rows)
+    (tmp_path / "killed" / "replay" / "iter_000001.npz").unlink()
+    with pytest.raises(FileNotFoundError, match="iter_000001.npz"):
+        train_rl(dataclasses.replace(killed, iterations=3), progress=False)
