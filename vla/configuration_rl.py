@@ -26,7 +26,9 @@ class RLConfig:
     identical simulator states, no critic; "rft": rejection-sampling fine-tuning (ReST-EM,
     RAFT): the successful episodes of every iteration are kept as demonstrations, one frame per
     executed chunk with the actions executed from it, and trained on with the flow-matching loss
-    (`epochs` passes' worth of the new frames per iteration, minibatches from all of them)."""
+    (`epochs` passes' worth of the new frames per iteration, minibatches from all of them); in
+    groups of `group_size` from identical states, with `dynamic_sampling` only the successes of
+    states the policy does not always solve (the frontier) are kept."""
     ratio: Literal["flow_noise", "fpo"] = "flow_noise"
     """How rollouts sample chunks and the update scores them (rft: only how they sample).
     "flow_noise": every Euler step is a
@@ -39,9 +41,10 @@ class RLConfig:
     iterations: int = 40
     """Rollout + update rounds."""
     num_envs: int = 32
-    """Episodes per iteration (run batched; a multiple of `group_size` for GRPO)."""
+    """Episodes per iteration (run batched; a multiple of `group_size` for GRPO and RFT)."""
     group_size: int = 8
-    """GRPO: episodes per group (identical reset state, independent flow noise)."""
+    """GRPO, RFT: episodes per group (identical reset state, independent flow noise; RFT: 1
+    for every episode its own state)."""
     max_steps: int | None = None
     """Episode length, control steps (default: the dataset's `max_steps`)."""
     dense_reward_coef: float = 0.0
@@ -72,7 +75,8 @@ class RLConfig:
     target_kl: float | None = 0.05
     """Stop an iteration's remaining minibatches once the approximate KL(old ‖ new) exceeds it."""
     dynamic_sampling: bool = True
-    """GRPO: drop groups whose episodes all succeeded or all failed (zero advantage)."""
+    """GRPO: drop groups whose episodes all succeeded or all failed (zero advantage); RFT: drop
+    the successes of groups whose episodes all succeeded."""
     sft_coef: float = 0.0
     """RL-Co: weight λ of the flow-matching loss on `sft_data` added to every gradient step."""
     sft_data: str = ""
@@ -124,6 +128,10 @@ class RLConfig:
             raise ValueError(
                 f"RLConfig.group_size: GRPO needs groups of ≥ 2 that divide num_envs "
                 f"({self.num_envs}), got {self.group_size}"
+            )
+        if self.algo == "rft" and self.num_envs % self.group_size:
+            raise ValueError(
+                f"RLConfig.group_size: {self.group_size} does not divide num_envs ({self.num_envs})"
             )
         for name, ok in (
             ("lr", self.lr > 0),

@@ -415,13 +415,16 @@ def _model_batch(
 
 
 # -- rejection-sampling fine-tuning (algo "rft") --------------------------------------------------
-def success_frames(ro: _Rollout, chunk_size: int, k: int) -> dict[str, np.ndarray]:
-    """The successful episodes of a rollout as demonstration frames, one per executed chunk:
+def success_frames(
+    ro: _Rollout, chunk_size: int, k: int, keep: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """The successful episodes of a rollout (those of them in `keep` [B], bool, if given) as
+    demonstration frames, one per executed chunk:
     images uint8 [N, h, W · cams, 3], states [N, Ds] (raw), chunks [N, H, A] (the absolute actions
     executed from that frame on, as `compute_action_chunks` cuts a demonstration), is_pad [N, H],
     texts [N]."""
     parts: dict[str, list] = {n: [] for n in ("images", "states", "chunks", "is_pad", "texts")}
-    for b in np.flatnonzero(ro.success):
+    for b in np.flatnonzero(ro.success if keep is None else ro.success & keep):
         n = int(ro.lengths[b])
         chunks, pad = compute_action_chunks(ro.actions[b, :n], chunk_size)
         starts = np.arange(0, n, k)
@@ -582,7 +585,7 @@ class _Run:
         seed = int(np.random.SeedSequence([cfg.seed, it]).generate_state(1)[0])
         self.model.eval()
         t0 = time.perf_counter()
-        group = cfg.group_size if cfg.algo == "grpo" else 1
+        group = 1 if cfg.algo == "ppo" else cfg.group_size
         ro = _rollout(
             self.model,
             self.processor,
@@ -601,12 +604,14 @@ class _Run:
         nan = float("nan")
         if cfg.algo == "rft":
             c = self.model.config
-            part = success_frames(ro, c.chunk_size, c.n_action_steps)
+            solved = ro.success.reshape(-1, group).all(1)  # every episode of the group succeeded
+            keep = ~np.repeat(solved, group) if group > 1 and cfg.dynamic_sampling else None
+            part = success_frames(ro, c.chunk_size, c.n_action_steps, keep)
             _save_replay(_replay_path(self.out, it + 1), part)
             self.replay.append(part)
             updates = self._imitate(len(part["states"]), seed)
             updates |= {"approx_kl": nan, "clip_frac": nan}
-            groups_kept = nan
+            groups_kept = nan if keep is None else float(1.0 - solved.mean())
         elif cfg.algo == "ppo":
             adv, returns = compute_gae(ro.reward, ro.value, ro.mask, cfg.gamma, cfg.gae_lambda)
             valid = ro.mask > 0

@@ -95,6 +95,9 @@ def test_validate_names_the_field(field, value):
         RLConfig(**({"init": "x"} | {field: value})).validate()
     with pytest.raises(ValueError, match="group_size"):
         RLConfig(init="x", algo="grpo", num_envs=6, group_size=4).validate()
+    with pytest.raises(ValueError, match="group_size"):
+        RLConfig(init="x", algo="rft", num_envs=6, group_size=4).validate()
+    RLConfig(init="x", algo="rft", num_envs=6, group_size=1).validate()
 
 
 # -- runs in the simulator -------------------------------------------------------------------------
@@ -246,6 +249,8 @@ def test_success_frames_cut_the_executed_actions_of_successful_episodes():
     np.testing.assert_array_equal(f["is_pad"][2], [False, True, True, True])
     np.testing.assert_array_equal(f["chunks"][4], ro.actions[2, 2:6])
     assert not f["is_pad"][4].any()
+    kept = success_frames(ro, chunk_size=4, k=2, keep=np.array([False, True, True]))
+    assert list(kept["texts"]) == ["episode 2"] * 4
     empty = success_frames(_fake_rollout([False], [7]), chunk_size=4, k=2)
     assert empty["chunks"].shape == (0, 4, 3) and empty["images"].shape == (0, 4, 8, 3)
 
@@ -256,7 +261,7 @@ def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
     from vla.dataset import LeRobotDataset
     from vla.sft import _load_frames
 
-    run = _Run.create(_cfg(sft_run, tmp_path / "rft", algo="rft", epochs=4))
+    run = _Run.create(_cfg(sft_run, tmp_path / "rft", algo="rft", epochs=4, group_size=2))
     frames = _load_frames(LeRobotDataset(demo_dataset), run.model.config, torch.device("cpu"))
     idx = np.arange(0, len(frames.states), 9)[:16]
     part = {
@@ -283,7 +288,7 @@ def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
 
 
 def test_rft_run_writes_its_replay_and_resumes_after_a_kill(sft_run, tmp_path):
-    cfg = _cfg(sft_run, tmp_path / "full", algo="rft", ratio="fpo", fpo_draws=1)
+    cfg = _cfg(sft_run, tmp_path / "full", algo="rft", ratio="fpo", fpo_draws=1, group_size=1)
     train_rl(cfg, progress=False, compiler_options=FAST_COMPILE)
     rows = _rows(tmp_path / "full" / "metrics.csv")
     for i, row in enumerate(rows, 1):
@@ -297,7 +302,7 @@ def test_rft_run_writes_its_replay_and_resumes_after_a_kill(sft_run, tmp_path):
         if it == 2:
             raise KeyboardInterrupt
 
-    killed = _cfg(sft_run, tmp_path / "killed", algo="rft", ratio="fpo", fpo_draws=1)
+    killed = dataclasses.replace(cfg, out=str(tmp_path / "killed"))
     with pytest.raises(KeyboardInterrupt):
         train_rl(killed, False, kill, FAST_COMPILE)
     train_rl(killed, progress=False, compiler_options=FAST_COMPILE)
