@@ -611,7 +611,8 @@ class _Run:
             self.replay.append(part)
             updates = self._imitate(len(part["states"]), seed)
             updates |= {"approx_kl": nan, "clip_frac": nan}
-            groups_kept = nan if keep is None else float(1.0 - solved.mean())
+            mixed = ro.success.reshape(-1, group).any(1) & ~solved
+            groups_kept = nan if keep is None else float(mixed.mean())
         elif cfg.algo == "ppo":
             adv, returns = compute_gae(ro.reward, ro.value, ro.mask, cfg.gamma, cfg.gae_lambda)
             valid = ro.mask > 0
