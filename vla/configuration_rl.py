@@ -31,11 +31,11 @@ class RLConfig:
     states the policy does not always solve (the frontier) are kept."""
     ratio: Literal["flow_noise", "fpo"] = "flow_noise"
     """How rollouts sample chunks and the update scores them (rft: only how they sample).
-    "flow_noise": every Euler step is a
-    Gaussian transition with the learned std (πRL's Flow-Noise), one clipped ratio per denoising
-    step (DPPO's two-layer MDP); "fpo": the evaluation sampler (Euler ODE from random noise),
-    one clipped ratio exp(ℓ_old − ℓ_new) per (noise, time) draw of the flow-matching error ℓ of
-    the chunk's executed actions (FPO, McAllister et al. 2025)."""
+    "flow_noise": every Euler step is a Gaussian transition with the learned std (πRL's
+    Flow-Noise), one clipped ratio per denoising step (DPPO's two-layer MDP); "fpo": the
+    evaluation sampler (Euler ODE from random noise), one clipped ratio exp(ℓ_old − ℓ_new) per
+    (noise, time) draw of the flow-matching error ℓ of the chunk's executed actions (FPO,
+    McAllister et al. 2025)."""
     fpo_draws: int = 8
     """FPO: (noise, time) draws per chunk."""
     iterations: int = 40

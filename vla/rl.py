@@ -21,12 +21,8 @@ chunk (`RLConfig.ratio`):
 - GRPO (Shao et al. 2024): groups of G episodes reset from identical simulator states; the
   advantage of every chunk of episode i is (R_i − mean_group R) / std_group R with the binary
   outcome R; groups whose outcomes are all equal are dropped (dynamic sampling, SimpleVLA-RL).
-- RFT (rejection-sampling fine-tuning; ReST-EM, Singh et al. 2023; RAFT, Dong et al. 2023):
-  EM on the binary outcome: the E-step keeps the successful episodes, the M-step maximizes their
-  likelihood with the flow-matching loss. Each kept episode becomes demonstration frames, one per
-  executed chunk, whose targets are the actions executed from that frame on (as a demonstration
-  is cut into chunks), so the policy imitates its own on-policy successes, recoveries included.
-  The replay holds every iteration's successes (`<out>/replay/`).
+- RFT (rejection-sampling fine-tuning, `vla.rft`): the successful episodes become
+  demonstrations, trained on with the flow-matching loss.
 - RL-Co (sim-real co-training): λ · the flow-matching loss on a held demonstration set is added
   to every gradient step so the policy does not forget its demonstrations.
 - Monitors per iteration: approximate KL(old ‖ new) (k3 estimator, Schulman 2020) — also the early
@@ -46,7 +42,7 @@ Run folder::
     <out>/eval.csv                     iteration, success_rate, ... (iteration 0: the start)
     <out>/learning_curve.png           train and eval success per iteration
     <out>/checkpoints/iter_<NNNNNN>/   vla.checkpoint folders (+ optimizer, iteration, env)
-    <out>/replay/iter_<NNNNNN>.npz     rft: that iteration's successful frames (`success_frames`)
+    <out>/replay/iter_<NNNNNN>.npz     rft: that iteration's successful frames (`vla.rft`)
 
 A rerun with the same `out` resumes after its newest checkpoint; every iteration's randomness
 derives from (seed, iteration), so a resumed run repeats an uninterrupted one.
@@ -67,6 +63,7 @@ import numpy as np
 import torch
 
 from algos.run_folder import atomic_write
+from vla import rft
 from vla.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -76,7 +73,6 @@ from vla.checkpoint import (
     save_checkpoint,
 )
 from vla.configuration_rl import RLConfig
-from vla.dataset import compute_action_chunks
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor
 from vla.sft import (
@@ -87,7 +83,6 @@ from vla.sft import (
     _collect_config,
     _compiled_env,
     _evaluate,
-    _Frames,
     _load_frames,
     _progress,
     _refuse_changed_config,
@@ -100,7 +95,6 @@ __all__ = [
     "compute_group_advantages",
     "compute_policy_loss",
     "plot_learning_curve",
-    "success_frames",
     "summarize",
     "train_rl",
 ]
@@ -414,77 +408,6 @@ def _model_batch(
     return {key: v.to(device) for key, v in processor(obs, proprio, texts).items()}
 
 
-# -- rejection-sampling fine-tuning (algo "rft") --------------------------------------------------
-def success_frames(
-    ro: _Rollout, chunk_size: int, k: int, keep: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
-    """The successful episodes of a rollout (those of them in `keep` [B], bool, if given) as
-    demonstration frames, one per executed chunk:
-    images uint8 [N, h, W · cams, 3], states [N, Ds] (raw), chunks [N, H, A] (the absolute actions
-    executed from that frame on, as `compute_action_chunks` cuts a demonstration), is_pad [N, H],
-    texts [N]."""
-    parts: dict[str, list] = {n: [] for n in ("images", "states", "chunks", "is_pad", "texts")}
-    for b in np.flatnonzero(ro.success if keep is None else ro.success & keep):
-        n = int(ro.lengths[b])
-        chunks, pad = compute_action_chunks(ro.actions[b, :n], chunk_size)
-        starts = np.arange(0, n, k)
-        parts["images"].append(ro.images[b, : len(starts)])
-        parts["states"].append(ro.proprio[b, : len(starts)])
-        parts["chunks"].append(chunks[starts])
-        parts["is_pad"].append(pad[starts])
-        parts["texts"].append(np.array([ro.texts[b]] * len(starts)))
-    if not parts["images"]:
-        h, w = ro.images.shape[2:4]
-        a = ro.actions.shape[-1]
-        return {
-            "images": np.zeros((0, h, w, 3), np.uint8),
-            "states": np.zeros((0, ro.proprio.shape[-1]), np.float32),
-            "chunks": np.zeros((0, chunk_size, a), np.float32),
-            "is_pad": np.zeros((0, chunk_size), bool),
-            "texts": np.zeros(0, "<U1"),
-        }
-    return {n: np.concatenate(v) for n, v in parts.items()}
-
-
-def _replay_frames(parts: list[dict[str, np.ndarray]], cameras, device) -> _Frames:
-    """The replay's parts as one `sft._Frames` (the cameras split from the side-by-side images)."""
-    images = np.concatenate([p["images"] for p in parts])
-    w = images.shape[2] // len(cameras)
-    tasks, task = np.unique(np.concatenate([p["texts"] for p in parts]), return_inverse=True)
-    cams = {
-        c: torch.from_numpy(np.ascontiguousarray(images[:, :, i * w : (i + 1) * w])).to(device)
-        for i, c in enumerate(cameras)
-    }
-    return _Frames(
-        cams,
-        np.concatenate([p["states"] for p in parts]),
-        np.concatenate([p["chunks"] for p in parts]),
-        np.concatenate([p["is_pad"] for p in parts]),
-        task.reshape(-1),
-        [str(t) for t in tasks],
-    )
-
-
-def _replay_path(out: Path, iteration: int) -> Path:
-    return out / "replay" / f"iter_{iteration:06d}.npz"
-
-
-def _save_replay(path: Path, part: dict[str, np.ndarray]) -> None:
-    """Atomic: a temp file renamed over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as f:
-        np.savez_compressed(f, **part)
-    os.replace(tmp, path)
-
-
-def _load_replay(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: replay part missing (the run cannot resume without it)")
-    with np.load(path, allow_pickle=False) as z:
-        return {n: z[n] for n in ("images", "states", "chunks", "is_pad", "texts")}
-
-
 # -- run folder ------------------------------------------------------------------------------------
 def _optimizer(cfg: RLConfig, model: HoverflyVLA) -> torch.optim.AdamW:
     value = list(model.value_head.parameters())
@@ -561,8 +484,7 @@ class _Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.iteration = int(state["iteration"])
         if self.cfg.algo == "rft":
-            paths = (_replay_path(self.out, i) for i in range(1, self.iteration + 1))
-            self.replay = [_load_replay(p) for p in paths]
+            self.replay = rft.load_replay(self.out, self.iteration)
 
     def evaluate(self) -> dict[str, Any]:
         self.model.eval()
@@ -603,30 +525,9 @@ class _Run:
         kl_ref = self._kl_to_reference(ro)
         nan = float("nan")
         if cfg.algo == "rft":
-            c = self.model.config
-            solved = ro.success.reshape(-1, group).all(1)  # every episode of the group succeeded
-            keep = ~np.repeat(solved, group) if group > 1 and cfg.dynamic_sampling else None
-            part = success_frames(ro, c.chunk_size, c.n_action_steps, keep)
-            _save_replay(_replay_path(self.out, it + 1), part)
-            self.replay.append(part)
-            updates = self._imitate(len(part["states"]), seed)
-            updates |= {"approx_kl": nan, "clip_frac": nan}
-            mixed = ro.success.reshape(-1, group).any(1) & ~solved
-            groups_kept = nan if keep is None else float(mixed.mean())
-        elif cfg.algo == "ppo":
-            adv, returns = compute_gae(ro.reward, ro.value, ro.mask, cfg.gamma, cfg.gae_lambda)
-            valid = ro.mask > 0
-            a = adv[valid]
-            adv = (adv - a.mean()) / (a.std() + 1e-8)
-            groups_kept = nan
+            updates, groups_kept = rft.update(self, ro, group, seed)
         else:
-            outcome = (ro.reward * ro.mask).sum(1)
-            ep_adv, keep = compute_group_advantages(outcome, cfg.group_size, cfg.dynamic_sampling)
-            adv = ep_adv[:, None].expand_as(ro.mask).clone()
-            returns = torch.zeros_like(adv)
-            valid = (ro.mask > 0) & keep[:, None]
-            groups_kept = float(keep.reshape(-1, cfg.group_size)[:, 0].float().mean())
-        if cfg.algo != "rft":
+            adv, returns, valid, groups_kept = self._advantages(ro)
             updates = self._update(ro, adv, returns, valid, seed, it < self._warmup())
         return {
             "iteration": it + 1,
@@ -644,6 +545,21 @@ class _Run:
             "sim_s": ro.seconds["sim"],
             "update_s": time.perf_counter() - t1,
         } | updates
+
+    def _advantages(self, ro: _Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        """PPO / GRPO: advantages, returns, valid chunks [B, T] and the share of groups kept."""
+        cfg = self.cfg
+        if cfg.algo == "ppo":
+            adv, returns = compute_gae(ro.reward, ro.value, ro.mask, cfg.gamma, cfg.gae_lambda)
+            valid = ro.mask > 0
+            a = adv[valid]
+            return (adv - a.mean()) / (a.std() + 1e-8), returns, valid, float("nan")
+        outcome = (ro.reward * ro.mask).sum(1)
+        ep_adv, keep = compute_group_advantages(outcome, cfg.group_size, cfg.dynamic_sampling)
+        adv = ep_adv[:, None].expand_as(ro.mask).clone()
+        valid = (ro.mask > 0) & keep[:, None]
+        kept = float(keep.reshape(-1, cfg.group_size)[:, 0].float().mean())
+        return adv, torch.zeros_like(adv), valid, kept
 
     def _warmup(self) -> int:
         return self.cfg.value_warmup_iterations if self.cfg.algo == "ppo" else 0
@@ -724,9 +640,9 @@ class _Run:
                     loss = loss + cfg.vf_coef * value_loss
                 sft_loss = torch.zeros(())
                 if not warmup:
-                    sft_loss = self._anchor_loss(rng, anchor_gen)
+                    sft_loss = self.anchor_loss(rng, anchor_gen)
                     loss = loss + cfg.sft_coef * sft_loss
-                self._step(loss)
+                self.optimizer_step(loss)
                 updates += 1
                 for key, v in (
                     ("policy_loss", policy_loss),
@@ -742,7 +658,7 @@ class _Run:
                 break
         return {k: v / max(updates, 1) for k, v in sums.items()} | {"updates": updates}
 
-    def _anchor_loss(self, rng: np.random.Generator, gen: torch.Generator) -> torch.Tensor:
+    def anchor_loss(self, rng: np.random.Generator, gen: torch.Generator) -> torch.Tensor:
         """RL-Co: the flow-matching loss of a batch of held demonstrations (0 without them)."""
         if self.anchor is None:
             return torch.zeros((), device=self._dev)
@@ -750,34 +666,11 @@ class _Run:
         batch = _batch(self.anchor, self.processor, idx, self._dev)
         return self.model.flow_matching_loss(batch, generator=gen)
 
-    def _step(self, loss: torch.Tensor) -> None:
+    def optimizer_step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
-
-    def _imitate(self, new: int, seed: int) -> dict[str, float]:
-        """rft: ⌈epochs · new / minibatch_size⌉ flow-matching steps on minibatches drawn uniformly
-        from the replay of every iteration's successful frames (`new` of them from this one),
-        each + sft_coef × the RL-Co anchor's loss."""
-        cfg, model, dev = self.cfg, self.model, self._dev
-        model.train()
-        rng = np.random.default_rng(seed)
-        gen = torch.Generator(dev).manual_seed(seed)
-        steps = math.ceil(cfg.epochs * new / cfg.minibatch_size)
-        frames = _replay_frames(self.replay, model.config.cameras, dev) if steps else None
-        sums = {"policy_loss": 0.0, "sft_loss": 0.0}
-        for _ in range(steps):
-            idx = rng.integers(0, len(frames.states), cfg.minibatch_size)
-            loss = model.flow_matching_loss(_batch(frames, self.processor, idx, dev), generator=gen)
-            sft_loss = self._anchor_loss(rng, gen)
-            self._step(loss + cfg.sft_coef * sft_loss)
-            sums["policy_loss"] += float(loss.detach())
-            sums["sft_loss"] += float(sft_loss.detach())
-        return {k: v / max(steps, 1) for k, v in sums.items()} | {
-            "value_loss": 0.0,
-            "updates": steps,
-        }
 
 
 def train_rl(

@@ -14,8 +14,8 @@ from vla.checkpoint import load_checkpoint, load_train_state
 from vla.collect import FAST_COMPILE
 from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
+from vla.rft import imitate, replay_frames, success_frames
 from vla.rl import (
-    _replay_frames,
     _Rollout,
     _rollout,
     _Run,
@@ -23,7 +23,6 @@ from vla.rl import (
     compute_gae,
     compute_group_advantages,
     compute_policy_loss,
-    success_frames,
     train_rl,
 )
 from vla.sft import _batch, train_sft
@@ -274,17 +273,17 @@ def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
     run.replay = [part]
 
     def loss() -> float:  # on all 16 frames, the same noise and times every time
-        frames = _replay_frames(run.replay, run.model.config.cameras, torch.device("cpu"))
+        frames = replay_frames(run.replay, run.model.config.cameras, torch.device("cpu"))
         batch = _batch(frames, run.processor, np.arange(16), torch.device("cpu"))
         with torch.no_grad():
             return float(run.model.flow_matching_loss(batch, torch.Generator().manual_seed(0)))
 
     before = loss()
-    assert run._imitate(len(idx), seed=0)["updates"] == 8  # ⌈4 · 16 / 8⌉
+    assert imitate(run, len(idx), seed=0)["updates"] == 8  # ⌈4 · 16 / 8⌉
     for seed in range(1, 6):
-        run._imitate(len(idx), seed)
+        imitate(run, len(idx), seed)
     assert loss() < 0.8 * before  # 1.84 → 1.32 when written
-    assert run._imitate(0, seed=9)["updates"] == 0
+    assert imitate(run, 0, seed=9)["updates"] == 0
 
 
 def test_rft_run_writes_its_replay_and_resumes_after_a_kill(sft_run, tmp_path):
