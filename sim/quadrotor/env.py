@@ -158,6 +158,8 @@ OBS_FIELDS = (
     ("velocity_error", 3),
     ("angular_velocity", 3),
 )
+OBS_SIZE = sum(n for _, n in OBS_FIELDS)
+"""Length of the noisy part of the actor observation (before the action history)."""
 
 
 def _lerp(a: float, b: float, t: jax.Array) -> jax.Array:
@@ -196,28 +198,35 @@ class QuadrotorEnv(Env):
         """Initial state with the given dynamics parameters (used by domain randomization)."""
         cfg = self.config.init
         keys = threefry.split(rng, 9)
-        scale = (threefry.uniform(keys[0]) >= cfg.at_target_prob).astype(jnp.float32)
+        track = self.config.task == "track"
+        # the draws' shapes by key index, hashed at once (sim.rng.bits: less compilation)
+        shapes = {0: (), 1: (3,), 2: (3,), 3: (3,), 4: (3,), 5: (6,), 8: (OBS_SIZE,)}
+        shapes.update({6: ()} if track else {})
+        bits = threefry.bits([(keys[i], s) for i, s in shapes.items()])
+        draw = dict(zip(shapes, bits, strict=True))
+        scale = (threefry.uniform_from_bits(draw[0]) >= cfg.at_target_prob).astype(jnp.float32)
 
-        def u(key, half):
-            return tuple(threefry.uniform(key, (3,), -half, half) * scale)
+        def u(i, half):
+            return tuple(threefry.uniform_from_bits(draw[i], -half, half) * scale)
 
         phase = jnp.zeros(())
-        if self.config.task == "track":
-            phase = threefry.uniform(keys[6], (), 0.0, self.config.track.period)
+        if track:
+            phase = threefry.uniform_from_bits(draw[6], 0.0, self.config.track.period)
         (tp, tv) = self.target(phase)
-        off = u(keys[1], cfg.position)
+        off = u(1, cfg.position)
         pos = tuple(p + o for p, o in zip(tp, off, strict=True))
-        dv = u(keys[3], cfg.velocity)
+        dv = u(3, cfg.velocity)
         vel = tuple(v + d for v, d in zip(tv, dv, strict=True))
+        angles = threefry.uniform_from_bits(draw[2])
         rigid = dyn.RigidState(
             pos=pos,
-            quat=self._random_attitude(keys[2], scale),
+            quat=self.attitude_from_uniforms((angles[0], angles[1], angles[2]), scale),
             vel=vel,
-            omega=u(keys[4], cfg.angular_velocity),
+            omega=u(4, cfg.angular_velocity),
             rpm=(params.hover_u * params.rpm_max,) * 4,
         )
         mg = params.mass * GRAVITY
-        d = threefry.normal(keys[5], (6,))
+        d = threefry.normal_from_bits(draw[5])
         dist = dyn.Disturbance(
             force=tuple(d[:3] * self.config.disturbance.force * mg),
             torque=tuple(d[3:] * self.config.disturbance.torque * mg),
@@ -235,14 +244,10 @@ class QuadrotorEnv(Env):
         )
         z = jnp.zeros(())
         info = {"rng": keys[7], "progress": jnp.ones(())}
-        obs = self._observe(data, keys[8])
+        obs = self._observe(data, threefry.normal_from_bits(draw[8]))
         metrics = {f"reward/{k}": z for k in self._reward_terms(data, data.actions[0], 1.0)}
         metrics["position_error"] = z
         return State(data=data, obs=obs, reward=z, done=z, metrics=metrics, info=info)
-
-    def _random_attitude(self, key: jax.Array, scale: jax.Array) -> dyn.Quat:
-        u = threefry.uniform(key, (3,))
-        return self.attitude_from_uniforms((u[0], u[1], u[2]), scale)
 
     def attitude_from_uniforms(self, u: tuple, scale: jax.Array) -> dyn.Quat:
         """Haar-uniform attitude conditioned on tilt ≤ max_tilt from three U(0, 1) draws `u`;
@@ -285,7 +290,7 @@ class QuadrotorEnv(Env):
             rigid = jax.lax.optimization_barrier(rigid)
         data = data.replace(rigid=rigid, actions=actions, step=data.step + 1)
         key_next, key_noise = threefry.split(state.info["rng"])
-        obs = self._observe(data, key_noise)
+        obs = self._observe(data, threefry.normal(key_noise, (OBS_SIZE,)))
 
         tp, _ = self.target(self._time(data))
         err = jnp.stack([p - t for p, t in zip(rigid.pos, tp, strict=True)])
@@ -319,7 +324,8 @@ class QuadrotorEnv(Env):
             tuple(v - t for v, t in zip(r.vel, tv, strict=True)),
         )
 
-    def _observe(self, data: QuadData, key: jax.Array) -> dict[str, jax.Array]:
+    def _observe(self, data: QuadData, noise: jax.Array) -> dict[str, jax.Array]:
+        """Actor and critic observations; `noise`: [OBS_SIZE] N(0, 1) draws for the actor's."""
         ep, ev = self._errors(data)
         r = data.rigid
         clean = jnp.stack([*ep, *dyn.rotation_matrix(r.quat), *ev, *r.omega])
@@ -328,7 +334,7 @@ class QuadrotorEnv(Env):
             [n.position] * 3 + [n.orientation] * 9 + [n.velocity] * 3 + [n.angular_velocity] * 3,
             jnp.float32,
         )
-        noisy = clean + sigma * threefry.normal(key, clean.shape)
+        noisy = clean + sigma * noise
         hist = data.actions[: self.config.action_history].reshape(-1)
         p = data.params
         priv = jnp.concatenate(

@@ -59,19 +59,21 @@ def heavy_disturbances(config: QuadrotorConfig, factor: float = 3.0) -> Quadroto
 def randomize_params(key: jax.Array, p: QuadParams, cfg: RandomizationConfig) -> QuadParams:
     """Samples scaled parameters around `p`."""
     k = threefry.split(key, 5)
+    # hashed at once (sim.rng.bits: less compilation)
+    bits = threefry.bits([(k[0], ()), (k[1], (3,)), (k[2], ()), (k[3], ()), (k[4], ())])
 
-    def s(key, r, shape=()):
-        return threefry.uniform(key, shape, 1.0 - r, 1.0 + r)
+    def s(i, r):
+        return threefry.uniform_from_bits(bits[i], 1.0 - r, 1.0 + r)
 
-    ji = s(k[1], cfg.inertia, (3,))
-    thrust = s(k[2], cfg.thrust)
-    tau = s(k[4], cfg.motor_tau)
+    ji = s(1, cfg.inertia)
+    thrust = s(2, cfg.thrust)
+    tau = s(4, cfg.motor_tau)
     tau = tau * cfg.motor_tau_shift
     return p.replace(
-        mass=p.mass * cfg.mass_shift * s(k[0], cfg.mass),
+        mass=p.mass * cfg.mass_shift * s(0, cfg.mass),
         inertia=tuple(j * ji[i] for i, j in enumerate(p.inertia)),
         thrust=tuple(c * thrust for c in p.thrust),
-        torque=p.torque * s(k[3], cfg.torque),
+        torque=p.torque * s(3, cfg.torque),
         tau_rise=p.tau_rise * tau,
         tau_fall=p.tau_fall * tau,
     )

@@ -1,4 +1,4 @@
-"""`sim.rng` reproduces `jax.random.split`, `uniform` and `normal` bit for bit."""
+"""`sim.rng` reproduces `jax.random.split`, `uniform`, `normal` and `bits` bit for bit."""
 
 from __future__ import annotations
 
@@ -77,8 +77,37 @@ def test_other_generators_fall_back_to_jax_random():
         jax.config.update("jax_threefry_partitionable", before)
 
 
-def test_threefry_known_answer():
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_bits_hash_several_keys_at_once_as_jax_random(kind):
+    shapes = [(), (1,), (3,), (2, 5), (18,)]
+
+    def draws(k):
+        keys = rng.split(k, len(shapes))
+        return rng.bits([(key, s) for key, s in zip(keys, shapes, strict=True)])
+
+    keys = KEYS[kind][:300]
+    got = jax.jit(jax.vmap(draws))(keys)
+    for i, s in enumerate(shapes):
+        want = jax.vmap(lambda k, i=i, s=s: jax.random.bits(jax.random.split(k, 5)[i], s))(keys)
+        assert got[i].dtype == jnp.uint32 and got[i].shape == want.shape
+        np.testing.assert_array_equal(np.asarray(got[i]), np.asarray(want))
+        u, n = rng.uniform_from_bits(got[i][0]), rng.normal_from_bits(got[i][0])
+        k = jax.random.split(keys[0], 5)[i]
+        np.testing.assert_array_equal(u, jax.random.uniform(k, s))
+        np.testing.assert_array_equal(n, jax.random.normal(k, s))
+    hlo = jax.jit(jax.vmap(draws)).lower(keys).as_text()
+    assert hlo.count("stablehlo.while") == 1  # one rolled hash for all five draws
+
+
+def test_other_generators_fall_back_in_bits():
+    key = jax.random.key(3, impl="rbg")
+    (got,) = rng.bits([(key, (4,))])
+    np.testing.assert_array_equal(got, jax.random.bits(key, (4,), jnp.uint32))
+
+
+@pytest.mark.parametrize("rolled", [False, True])
+def test_threefry_known_answer(rolled):
     """Random123's Threefry-2x32 (20 rounds) known-answer vector: zero key, zero counter."""
     z = jnp.zeros((), jnp.uint32)
-    out = rng.threefry2x32(z, z, z, z)
+    out = (rng.threefry2x32_rolled if rolled else rng.threefry2x32)(z, z, z, z)
     assert [int(x) for x in out] == [0x6B200159, 0x99BA4EFE]
