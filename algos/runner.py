@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import io
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -60,8 +61,10 @@ from algos.run_folder import (
 
 LOG = "run.log"
 PLOT_EVERY_S = 10.0
-"""Seconds between redraws of learning_curve.png at checkpoints (a redraw costs ~0.2 s; the
-last checkpoint of a session always redraws)."""
+"""Seconds between redraws of learning_curve.png at checkpoints, counted from the session's
+first update (a redraw costs ~0.2 s, the first with matplotlib's import 0.8–1.2 s: the README
+main job, ~7 s of updates on the CPU, draws only at its end); the last checkpoint of a session
+always redraws."""
 LEARNING_CURVE = "learning_curve.png"
 EVAL_PLOT = "eval_trajectories.png"
 
@@ -352,7 +355,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
 
     writer = SummaryWriter(str(run_dir / "tb"), purge_step=start * batch + 1)
     saved, t_first, stats = ts, None, {"sps": 0.0, "ret": float("nan"), "term": float("nan")}
-    plotted = -PLOT_EVERY_S
+    plotted = math.inf  # set at the first update
     t_start, t_init, cache_before = timing
     # (success, update) of the best validation so far; its checkpoint is kept for the end
     best = max(
@@ -370,7 +373,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 now = time.perf_counter()
                 if t_first is None:
-                    t_first, validate = now, make_validate()
+                    t_first, plotted, validate = now, now, make_validate()
                     log(
                         f"time to first update {now - t_start:.1f} s (init {t_init:.1f} s; "
                         f"{_cache_report(cache_before)})"
