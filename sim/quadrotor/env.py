@@ -373,7 +373,7 @@ class QuadrotorEnv(Env):
     @property
     def observation_size(self) -> dict[str, tuple[int, ...]]:
         h = 4 * self.config.action_history
-        return {"state": (18 + h,), "privileged_state": (18 + h + 4 + 6 + 12,)}
+        return {"state": (OBS_SIZE + h,), "privileged_state": (OBS_SIZE + h + 4 + 6 + 12,)}
 
     @property
     def action_size(self) -> int:
