@@ -12,14 +12,15 @@ states, dynamic sampling keeps only the successes of states the policy does not 
 
 from __future__ import annotations
 
+import io
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from algos.run_folder import atomic_write
 from vla.dataset import compute_action_chunks
 from vla.sft import _batch, _Frames
 
@@ -86,12 +87,10 @@ def _path(out: Path, iteration: int) -> Path:
 
 
 def _save(path: Path, part: dict[str, np.ndarray]) -> None:
-    """Atomic: a temp file renamed over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as f:
-        np.savez_compressed(f, **part)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **part)
+    atomic_write(path, buf.getvalue())
 
 
 def load_replay(out: Path, iterations: int) -> list[dict[str, np.ndarray]]:

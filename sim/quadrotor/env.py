@@ -201,7 +201,8 @@ class QuadrotorEnv(Env):
         track = self.config.task == "track"
         # the draws' shapes by key index, hashed at once (sim.rng.bits: less compilation)
         shapes = {0: (), 1: (3,), 2: (3,), 3: (3,), 4: (3,), 5: (6,), 8: (OBS_SIZE,)}
-        shapes.update({6: ()} if track else {})
+        if track:
+            shapes[6] = ()
         bits = threefry.bits([(keys[i], s) for i, s in shapes.items()])
         draw = dict(zip(shapes, bits, strict=True))
         scale = (threefry.uniform_from_bits(draw[0]) >= cfg.at_target_prob).astype(jnp.float32)
