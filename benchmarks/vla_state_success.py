@@ -6,7 +6,10 @@ evaluator (`vla.sft._evaluate`: the evaluation sampler, Euler ODE from random no
 with other flow noise. Reports each state's success rate, how many states are always solved,
 never solved or in between, and the success by goal target. For reference, if every episode
 succeeded independently with the overall rate p, the share of "never" states would be
-(1 − p)^seeds; it is printed beside the measured one.
+(1 − p)^seeds; it is printed beside the measured one. With `--dataset DEMOS` the states are
+those of the dataset's first `--states` episodes (their `reset_seed`s, the cube colours cycled
+as there): the policy's success on the scenes it was trained on, against held-out ones
+(`--first-state`).
 
   python benchmarks/vla_state_success.py SFT/checkpoints/step_00015000 --out F.json
 
@@ -28,6 +31,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--states", type=int, default=32)
     p.add_argument("--noise-seeds", type=int, default=4)
     p.add_argument("--first-state", type=int, default=5000, help="reset seed of the first state")
+    p.add_argument(
+        "--dataset", type=Path, default=None, help="states of this dataset's first episodes"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -36,12 +42,17 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint
+    from vla.dataset import LeRobotDataset
     from vla.sft import _evaluate
 
     ckpt = resolve_checkpoint(args.checkpoint)
     model, processor = load_checkpoint(ckpt, torch.device(args.device))
     env_info = json.loads(load_train_state(ckpt)["env_info"])
-    seeds = np.arange(args.first_state, args.first_state + args.states)
+    if args.dataset is None:
+        seeds = np.arange(args.first_state, args.first_state + args.states)
+    else:
+        episodes = LeRobotDataset(args.dataset).episodes[: args.states]
+        seeds = np.array([e.metadata["reset_seed"] for e in episodes])
     runs = [
         _evaluate(model.eval(), processor, env_info, len(seeds), 77 + i, reset_seeds=seeds)
         for i in range(args.noise_seeds)
@@ -56,7 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "vla_state_success",
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
         "checkpoint": str(ckpt),
-        "states": args.states,
+        "states": len(seeds),
+        "states_from": str(args.dataset) if args.dataset else f"reset seeds {seeds[0]}…",
         "noise_seeds": args.noise_seeds,
         "success_rate": overall,
         "per_state": per_state.round(3).tolist(),

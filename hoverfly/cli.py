@@ -368,9 +368,7 @@ def _run_command(cmd) -> dict:
             ckpt = sft.train_sft(cmd.config, progress=not cmd.json)
             report = {"checkpoint": str(ckpt)}
             if cmd.config.eval_episodes:
-                result = sft.evaluate_closed_loop(
-                    ckpt, cmd.config.eval_episodes, device=cmd.config.device
-                )
+                result = sft.final_evaluation(cmd.config, ckpt)
                 report |= {k: result[k] for k in ("success_rate", "mean_return", "episodes")}
         except (ValueError, DatasetError, FileNotFoundError) as e:
             raise RunError(str(e)) from None

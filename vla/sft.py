@@ -439,6 +439,22 @@ def _progress(enabled: bool):
 _EVAL_COLUMNS = ("success_rate", "mean_return", "mean_length", "episodes")
 
 
+def final_evaluation(cfg: SFTConfig, checkpoint_dir: Path) -> dict[str, Any]:
+    """The closed-loop evaluation of the run's final checkpoint: eval.csv's row of its step when
+    training evaluated it (`eval_every` > 0), else `cfg.eval_episodes` episodes evaluated now with
+    the training's seed (the episodes training would have evaluated)."""
+    step = load_train_state(checkpoint_dir)["step"]
+    path = Path(cfg.out) / "eval.csv"
+    if path.exists():
+        with path.open(newline="") as f:
+            rows = [r for r in csv.DictReader(f) if int(r["step"]) == step]
+        if rows:
+            result = {k: float(rows[-1][k]) for k in _EVAL_COLUMNS}
+            return result | {"episodes": int(result["episodes"]), "step": step}
+    result = evaluate_closed_loop(checkpoint_dir, cfg.eval_episodes, cfg.seed, device=cfg.device)
+    return {k: result[k] for k in _EVAL_COLUMNS} | {"step": step}
+
+
 def evaluate_closed_loop(
     checkpoint_dir: str | os.PathLike,
     episodes: int = 16,

@@ -14,7 +14,7 @@ from vla.collect import FAST_COMPILE
 from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.processor_hoverfly_vla import compute_norm_stats
-from vla.sft import evaluate_closed_loop, latest_checkpoint, train_sft
+from vla.sft import evaluate_closed_loop, final_evaluation, latest_checkpoint, train_sft
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
@@ -201,6 +201,23 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     # colours cycle with the env's position, as in the dataset: the repeated episode 0 (4th) differs
     assert replay["instructions"][:3] == [e.tasks[0] for e in episodes[:3]]
     np.testing.assert_allclose(replay["goals"], [e.metadata["goal"] for e in episodes], atol=1e-5)
+
+
+def test_final_evaluation_is_the_trainings_own(data, tmp_path):
+    cfg = _cfg(data, tmp_path / "run", steps=2)
+    ckpt = train_sft(cfg, progress=False)
+    # training evaluated its last step: the report is that row, not a second evaluation
+    (tmp_path / "run" / "eval.csv").write_text(
+        "step,success_rate,mean_return,mean_length,episodes\n1,0.25,1.0,9.0,4\n2,0.75,2.0,8.0,4\n"
+    )
+    result = final_evaluation(cfg, ckpt)
+    assert result == {
+        "success_rate": 0.75,
+        "mean_return": 2.0,
+        "mean_length": 8.0,
+        "episodes": 4,
+        "step": 2,
+    }
 
 
 def test_env_settings_of_datasets_before_the_named_targets():
