@@ -7,14 +7,14 @@ its 20 rounds fuse into the step's own elementwise loops: the CPU full RL step o
 `quadrotor-hover` goes from 3.4 M to 3.9–5.1 M steps/s (runs vary; `python
 benchmarks/sim_throughput.py`), with the same numbers.
 
-A reset draws a dozen values from as many keys, and there the written-out rounds cost compile
-time: XLA copies each draw's rounds into every fusion that reads it (~7 copies of each in the
-quadrotor's reset). `bits` hashes several draws in one rolled loop instead, whose result XLA
-materializes once. On 2 CPU cores (three alternating compilations against the per-key draws):
-the quadrotor APG update compiled in 5.7 instead of 6.6 s, the validation rollout in 2.0
-instead of 2.5 s, with the same bits. Draw scalars as shape `()`, not `(1,)` and index: the
-float conversion of a `[1]` slice was fused differently and came out 1 ulp apart in some
-programs.
+A reset draws a dozen values from as many keys, and there the written-out rounds cost compile time:
+XLA copies each draw's rounds into every fusion that reads it (~7 copies of each in the quadrotor's
+reset). `bits` hashes several draws in one rolled loop instead, whose result XLA materializes once
+(on the CPU; XLA:GPU fuses the written-out draws well, see `bits`). On 2 CPU cores (three
+alternating compilations against the per-key draws): the quadrotor APG update compiled in 5.7
+instead of 6.6 s, the validation rollout in 2.0 instead of 2.5 s, with the same bits. Draw scalars
+as shape `()`, not `(1,)` and index: the float conversion of a `[1]` slice was fused differently and
+came out 1 ulp apart in some programs.
 
 The bits are those of JAX's default, partitionable Threefry (`jax_threefry_partitionable`, on by
 default since JAX 0.5): `tests/sim/test_rng.py` checks them against `jax.random`. Keys of another
@@ -87,6 +87,10 @@ def _words(k1, k2, n: int) -> tuple[jax.Array, jax.Array]:
     return threefry2x32(k1, k2, jnp.zeros(n, jnp.uint32), jnp.arange(n, dtype=jnp.uint32))
 
 
+def _xor(b1: jax.Array, b2: jax.Array) -> jax.Array:
+    return b1 ^ b2
+
+
 def split(key: jax.Array, num: int = 2) -> jax.Array:
     """`jax.random.split(key, num)`: [num] keys of the same kind (an unbatched key)."""
     words = _key_words(key)
@@ -107,14 +111,26 @@ def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0)
     return uniform_from_bits((b1 ^ b2).reshape(shape), minval, maxval)
 
 
-def bits(requests: list[tuple[jax.Array, tuple[int, ...]]]) -> list[jax.Array]:
-    """`jax.random.bits(key, shape, uint32)` for each (key, shape) of `requests` (unbatched keys),
-    hashed in one rolled Threefry call (module docstring); `uniform_from_bits` and
-    `normal_from_bits` turn them into `uniform`'s and `normal`'s values."""
+def bits(
+    requests: list[tuple[jax.Array, tuple[int, ...]]], rolled: bool | None = None
+) -> list[jax.Array]:
+    """`jax.random.bits(key, shape, uint32)` for each (key, shape) of `requests` (unbatched keys);
+    `uniform_from_bits` and `normal_from_bits` turn them into `uniform`'s and `normal`'s values.
+
+    rolled: all of them hashed in one rolled Threefry call (module docstring), or each written
+    out; None: rolled on the CPU only. XLA:GPU fuses the written-out draws into their readers, and
+    there the rolled loop made the H200's policy rollout ~10 % slower (1.38e9 against 1.52e9
+    steps/s, README "Simulator throughput"); one written-out hash of all the draws at once was
+    slower still (8.8e8)."""
     words = [_key_words(key) for key, _ in requests]
     if any(w is None for w in words):
         return [jax.random.bits(key, shape, jnp.uint32) for key, shape in requests]
     sizes = [math.prod(shape) for _, shape in requests]
+    if not (jax.default_backend() == "cpu" if rolled is None else rolled):
+        return [
+            _xor(*_words(*w, n)).reshape(shape)
+            for w, n, (_, shape) in zip(words, sizes, requests, strict=True)
+        ]
     k1, k2 = (
         jnp.concatenate([jnp.broadcast_to(w[i], (n,)) for w, n in zip(words, sizes, strict=True)])
         for i in (0, 1)

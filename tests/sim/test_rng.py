@@ -77,13 +77,14 @@ def test_other_generators_fall_back_to_jax_random():
         jax.config.update("jax_threefry_partitionable", before)
 
 
+@pytest.mark.parametrize("rolled", [True, False])
 @pytest.mark.parametrize("kind", sorted(KEYS))
-def test_bits_hash_several_keys_at_once_as_jax_random(kind):
+def test_bits_hash_several_keys_at_once_as_jax_random(kind, rolled):
     shapes = [(), (1,), (3,), (2, 5), (18,)]
 
     def draws(k):
         keys = rng.split(k, len(shapes))
-        return rng.bits([(key, s) for key, s in zip(keys, shapes, strict=True)])
+        return rng.bits([(key, s) for key, s in zip(keys, shapes, strict=True)], rolled)
 
     keys = KEYS[kind][:300]
     got = jax.jit(jax.vmap(draws))(keys)
@@ -96,7 +97,7 @@ def test_bits_hash_several_keys_at_once_as_jax_random(kind):
         np.testing.assert_array_equal(u, jax.random.uniform(k, s))
         np.testing.assert_array_equal(n, jax.random.normal(k, s))
     hlo = jax.jit(jax.vmap(draws)).lower(keys).as_text()
-    assert hlo.count("stablehlo.while") == 1  # one rolled hash for all five draws
+    assert hlo.count("stablehlo.while") == int(rolled)  # one rolled hash for all five draws
 
 
 def test_other_generators_fall_back_in_bits():
