@@ -87,7 +87,9 @@ def _words(k1, k2, n: int) -> tuple[jax.Array, jax.Array]:
     return threefry2x32(k1, k2, jnp.zeros(n, jnp.uint32), jnp.arange(n, dtype=jnp.uint32))
 
 
-def _xor(b1: jax.Array, b2: jax.Array) -> jax.Array:
+def _bits(k1, k2, n: int) -> jax.Array:
+    """`jax.random.bits` of n uint32 values: the two words of each counter, xor'ed."""
+    b1, b2 = _words(k1, k2, n)
     return b1 ^ b2
 
 
@@ -107,8 +109,7 @@ def uniform(key: jax.Array, shape: tuple[int, ...] = (), minval=0.0, maxval=1.0)
     words = _key_words(key)
     if words is None:
         return jax.random.uniform(key, shape, jnp.float32, minval, maxval)
-    b1, b2 = _words(*words, math.prod(shape))
-    return uniform_from_bits((b1 ^ b2).reshape(shape), minval, maxval)
+    return uniform_from_bits(_bits(*words, math.prod(shape)).reshape(shape), minval, maxval)
 
 
 def bits(
@@ -126,9 +127,11 @@ def bits(
     if any(w is None for w in words):
         return [jax.random.bits(key, shape, jnp.uint32) for key, shape in requests]
     sizes = [math.prod(shape) for _, shape in requests]
-    if not (jax.default_backend() == "cpu" if rolled is None else rolled):
+    if rolled is None:
+        rolled = jax.default_backend() == "cpu"
+    if not rolled:
         return [
-            _xor(*_words(*w, n)).reshape(shape)
+            _bits(*w, n).reshape(shape)
             for w, n, (_, shape) in zip(words, sizes, requests, strict=True)
         ]
     k1, k2 = (
