@@ -31,6 +31,8 @@ termination). Per-episode metadata (columns of meta/episodes): `success` (at the
 `reset_seed` (the episode is `env.reset(jax.random.key(reset_seed))` of the env the config in
 meta/info.json ["hoverfly"] rebuilds, followed by the expert: reproducible), `colour`,
 `goal_region`, `goal` [3] (world, m), `cube_half_size` (m), `attempt` (rollout number).
+meta/info.json ["hoverfly"]["expert"] counts the expert's rollouts and successes per goal region
+(all rollouts, recorded or not): the variants the recorded successes under-represent.
 """
 
 from __future__ import annotations
@@ -66,13 +68,16 @@ COLOURS = {
 }
 """Cube colours of the instructions, RGBA in [0, 1]."""
 TARGETS = (
-    (0.65, 0.0, 0.1),
+    (0.6, 0.0, 0.1),
     (0.35, 0.0, 0.1),
     (0.5, 0.15, 0.1),
     (0.5, -0.15, 0.1),
 )
 """The named goal targets (`CollectConfig.goals = "targets"`): front, back, left and right of the
-cube's start area, 0.15 m from its centre, 0.1 m above the resting cube: (x, y, height), m."""
+cube's start area, 0.1 m above the resting cube: (x, y, height), m. Back, left and right lie
+0.15 m from the area's centre, front 0.1 m: at 0.15 m (x = 0.65 m, near full extension) the
+arm's servos, which have no gravity compensation, sag under the cube, and the scripted expert
+reached it in 42 % of 64 randomized episodes (98 % at x = 0.62 m, 100 % at 0.6 m)."""
 STATE_FIELDS = ("joint_pos", "finger_pos", "tcp_pos")
 """Fields of the actor observation that form `observation.state`, in order."""
 ACTION_NAMES = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
@@ -346,16 +351,20 @@ def collect(
         if not config.shadows:
             renderer.model.light_castshadow[:] = 0
         task_id = bar.add_task("collecting", total=config.episodes)
+        expert = {r: {"rollouts": 0, "successes": 0} for r in ("front", "back", "left", "right")}
+        writer.info["hoverfly"]["expert"] = expert
         successes = 0
         for attempt, seed, ep in _batches(config, run, rng, max_attempts):
             length = episode_length(ep["success"], ep["done"], config.hold_steps)
             success = bool(ep["success"][length - 1] > 0)
+            region = goal_region(ep["goal"][:2], arm.config.init.cube_center)
+            expert[region]["rollouts"] += 1
+            expert[region]["successes"] += success
             successes += success
             bar.update(task_id, description=f"collecting ({successes}/{attempt + 1} succeed)")
             if not (success or config.keep_failures):
                 continue
             colour = config.colours[writer.num_episodes % len(config.colours)]
-            region = goal_region(ep["goal"][:2], arm.config.init.cube_center)
             renderer.model.geom_rgba[arm.index.cube_geom] = COLOURS[colour]
             images = renderer.render(
                 ep["qpos"][:length], ep["mocap_pos"][:length], ep["cube_half_size"]

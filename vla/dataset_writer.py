@@ -100,7 +100,8 @@ class Writer:
     frames_per_file: start new data/video files once a file holds this many frames.
     codec: "h264" (libx264) or "av1" (libsvtav1, lerobot's default); crf, pix_fmt, gop: quality
     (lower is better: 0 … 51 for H.264, … 63 for AV1), pixel format and keyframe interval.
-    info: extra JSON-serializable entries for meta/info.json (e.g. how the data was made).
+    info: extra JSON-serializable entries for meta/info.json (e.g. how the data was made); kept
+    as the `info` attribute, which may be added to until `finalize()` writes it.
 
     Use as a context manager: a clean exit finalizes, an exception removes the temporary folder.
     """
@@ -135,8 +136,8 @@ class Writer:
         if codec not in _ENCODERS:
             raise ValueError(f"codec must be one of {list(_ENCODERS)}, not {codec!r}")
         self._video_options = (codec, crf, pix_fmt, gop)
-        self._extra_info = dict(info or {})
-        json.dumps(self._extra_info)  # fail early, not at finalize
+        self.info = dict(info or {})
+        json.dumps(self.info)  # fail early, not at finalize
         self.root.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.root.name}.tmp-", dir=self.root.parent))
         self._tasks: dict[str, int] = {}
@@ -331,7 +332,7 @@ class Writer:
             "data_path": DATA_PATH,
             "video_path": VIDEO_PATH if any(v.get("info") for v in features.values()) else None,
             "features": features,
-        } | self._extra_info
+        } | self.info
         meta.mkdir(parents=True, exist_ok=True)
         (meta / "info.json").write_text(json.dumps(info, indent=4))
         shapes = {k: (3, 1, 1) if f["dtype"] in VISUAL else f["shape"] for k, f in features.items()}

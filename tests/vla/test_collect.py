@@ -2,6 +2,7 @@
 The module reads the session's small demonstration dataset (`demo_dataset`: the rollout compiles
 once, ~30–60 s on 2 CPU cores; a second collect with the same batch size reuses it)."""
 
+import collections
 import json
 
 import numpy as np
@@ -80,6 +81,11 @@ def test_episodes_succeed_and_match_their_instructions(dataset):
     assert colours == list(COLOURS)[:EPISODES]  # cycled over the recorded episodes
     info = json.loads((dataset.root / "meta" / "info.json").read_text())
     assert info["hoverfly"]["collect"]["episodes"] == EPISODES
+    # the expert's rollouts per goal region; successes only are recorded, all of them
+    expert = info["hoverfly"]["expert"]
+    recorded = collections.Counter(e.metadata["goal_region"] for e in dataset.episodes)
+    assert {r: n["successes"] for r, n in expert.items() if n["successes"]} == recorded
+    assert all(n["rollouts"] >= n["successes"] for n in expert.values())
     assert info["features"]["observation.state"]["names"][0] == "joint_pos_0"
 
 

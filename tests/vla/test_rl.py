@@ -280,9 +280,9 @@ def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
 
     before = loss()
     assert imitate(run, len(idx), seed=0)["updates"] == 8  # ⌈4 · 16 / 8⌉
-    for seed in range(1, 6):
+    for seed in range(1, 12):
         imitate(run, len(idx), seed)
-    assert loss() < 0.8 * before  # 1.84 → 1.32 when written
+    assert loss() < 0.8 * before  # 1.81 → 1.11 when written
     assert imitate(run, 0, seed=9)["updates"] == 0
 
 
