@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
             {
                 "target": list(target),
                 "success_rate": round(float(success.any(0).mean()), 3),
-                "first_success_step_p50_p90": np.percentile(first, [50, 90]).tolist()
+                "first_success_step_p50_p90": np.percentile(first, [50, 90]).round(1).tolist()
                 if len(first)
                 else None,
             }
