@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from sim_throughput import emit_json
 
     from sim import make_env
     from sim.manipulator import RandomizationConfig
@@ -72,11 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
         "max_steps": args.max_steps,
         "targets": rows,
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return result
+    return emit_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import numpy as np
     import torch
+    from sim_throughput import emit_json
 
     from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint
     from vla.dataset import LeRobotDataset
@@ -79,11 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
         "by_goal": {g: round(float(np.mean(v)), 3) for g, v in sorted(by_goal.items())},
         "episodes_per_goal": {g: len(v) * args.noise_seeds for g, v in sorted(by_goal.items())},
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    return result
+    return emit_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ COLOURS = {
     "yellow": (0.9, 0.8, 0.1, 1.0),
 }
 """Cube colours of the instructions, RGBA in [0, 1]."""
+REGIONS = ("front", "back", "left", "right")
+"""The goal regions an instruction names (`goal_region`), in the order of `TARGETS`."""
 TARGETS = (
     (0.6, 0.0, 0.1),
     (0.35, 0.0, 0.1),
@@ -351,16 +353,15 @@ def collect(
         if not config.shadows:
             renderer.model.light_castshadow[:] = 0
         task_id = bar.add_task("collecting", total=config.episodes)
-        expert = {r: {"rollouts": 0, "successes": 0} for r in ("front", "back", "left", "right")}
+        expert = {r: {"rollouts": 0, "successes": 0} for r in REGIONS}
         writer.info["hoverfly"]["expert"] = expert
-        successes = 0
         for attempt, seed, ep in _batches(config, run, rng, max_attempts):
             length = episode_length(ep["success"], ep["done"], config.hold_steps)
             success = bool(ep["success"][length - 1] > 0)
             region = goal_region(ep["goal"][:2], arm.config.init.cube_center)
             expert[region]["rollouts"] += 1
             expert[region]["successes"] += success
-            successes += success
+            successes = sum(n["successes"] for n in expert.values())
             bar.update(task_id, description=f"collecting ({successes}/{attempt + 1} succeed)")
             if not (success or config.keep_failures):
                 continue
@@ -424,6 +425,7 @@ __all__ = [
     "COLOURS",
     "FAST_COMPILE",
     "STATE_FIELDS",
+    "REGIONS",
     "TARGETS",
     "CollectConfig",
     "collect",

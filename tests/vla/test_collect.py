@@ -12,6 +12,7 @@ from sim.manipulator import obs_fields
 from vla.collect import (
     COLOURS,
     FAST_COMPILE,
+    REGIONS,
     STATE_FIELDS,
     TARGETS,
     CollectConfig,
@@ -61,7 +62,7 @@ def test_episodes_succeed_and_match_their_instructions(dataset):
         region = goal_region(goal[:2], (0.5, 0.0))
         assert meta["goal_region"] == region
         # one of the named targets, `height` above the resting cube: the region names it
-        target = TARGETS[("front", "back", "left", "right").index(region)]
+        target = TARGETS[REGIONS.index(region)]
         np.testing.assert_allclose(goal[:2], target[:2], atol=1e-6)
         np.testing.assert_allclose(goal[2], target[2] + meta["cube_half_size"], atol=1e-6)
         assert ep["task"] == e.tasks[0] == instruction(meta["colour"], region)
