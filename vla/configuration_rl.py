@@ -83,6 +83,10 @@ class RLConfig:
     """RL-Co: held demonstration dataset (LeRobotDataset) for the SFT anchor."""
     sft_batch_size: int = 32
     """RL-Co: frames per anchor batch."""
+    ema_decay: float = 0.0
+    """Exponential moving average of the weights, updated after every gradient step
+    (p̄ ← d · p̄ + (1 − d) · p): rollouts and updates use the trained weights, evaluations and
+    the checkpoints' model the average (the trained weights go to train_state.pt). 0: off."""
     eval_every: int = 5
     """Deterministic closed-loop evaluation every this many iterations (and at the end); 0: at
     the end only."""
@@ -144,6 +148,7 @@ class RLConfig:
             ("max_grad_norm", self.max_grad_norm > 0),
             ("dense_reward_coef", self.dense_reward_coef >= 0),
             ("sft_coef", self.sft_coef >= 0),
+            ("ema_decay", 0 <= self.ema_decay < 1),
         ):
             if not ok or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"RLConfig.{name}: {getattr(self, name)!r} out of range")

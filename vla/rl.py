@@ -25,6 +25,9 @@ chunk (`RLConfig.ratio`):
   demonstrations, trained on with the flow-matching loss.
 - RL-Co (sim-real co-training): λ · the flow-matching loss on a held demonstration set is added
   to every gradient step so the policy does not forget its demonstrations.
+- EMA (`ema_decay`): an exponential moving average of the weights, updated after every gradient
+  step, is what evaluations see and checkpoints hold; rollouts and updates use the trained
+  weights (Polyak averaging; as diffusion policies are evaluated).
 - Monitors per iteration: approximate KL(old ‖ new) (k3 estimator, Schulman 2020) — also the early
   stop of an iteration's updates (`target_kl`) —, KL(policy ‖ the initial SFT policy) on the
   rollout's chunks, both per ratio term (denoising step or FPO draw), the per-dimension entropy of
@@ -430,6 +433,8 @@ class _Run:
     optimizer: torch.optim.AdamW
     anchor: Any  # sft._Frames of the RL-Co demonstrations, or None
     compiler_options: tuple = ()
+    ema: HoverflyVLA | None = None
+    """The weights' moving average (`RLConfig.ema_decay` > 0), or None."""
     iteration: int = 0
     replay: list[dict[str, np.ndarray]] = field(default_factory=list)
     """rft: the successful frames of every iteration so far (one part per iteration)."""
@@ -459,9 +464,19 @@ class _Run:
             from vla.dataset import LeRobotDataset
 
             anchor = _load_frames(LeRobotDataset(cfg.sft_data), model.config, device)
+        ema = None
+        if cfg.ema_decay > 0:
+            ema, _ = load_checkpoint(init, device)
+            ema.eval().requires_grad_(False)
+        optimizer = _optimizer(cfg, model)
         return cls(
-            cfg, out, record, env_info, model, reference, processor, _optimizer(cfg, model), anchor
+            cfg, out, record, env_info, model, reference, processor, optimizer, anchor, ema=ema
         )
+
+    @property
+    def policy(self) -> HoverflyVLA:
+        """What is evaluated and checkpointed: the moving average if there is one."""
+        return self.model if self.ema is None else self.ema
 
     def save(self) -> Path:
         state = {
@@ -470,8 +485,10 @@ class _Run:
             "rl_config": json.dumps(self.record),
             "env_info": json.dumps(self.env_info),
         }
+        if self.ema is not None:
+            state["trained"] = self.model.state_dict()
         path = self.out / "checkpoints" / f"iter_{self.iteration:06d}"
-        save_checkpoint(path, self.model, self.processor, state)
+        save_checkpoint(path, self.policy, self.processor, state)
         prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         return path
 
@@ -480,16 +497,20 @@ class _Run:
         if state is None:
             raise ValueError(f"{path}: no train_state.pt to resume from")
         loaded, _ = load_checkpoint(path, self.model.patch_pos.device)
-        self.model.load_state_dict(loaded.state_dict())
+        self.policy.load_state_dict(loaded.state_dict())
+        if self.ema is not None:
+            if "trained" not in state:
+                raise ValueError(f"{path}: train_state.pt holds no trained weights for the EMA run")
+            self.model.load_state_dict(state["trained"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.iteration = int(state["iteration"])
         if self.cfg.algo == "rft":
             self.replay = rft.load_replay(self.out, self.iteration)
 
     def evaluate(self) -> dict[str, Any]:
-        self.model.eval()
+        self.policy.eval()
         result = _evaluate(
-            self.model,
+            self.policy,
             self.processor,
             self.env_info,
             self.cfg.eval_episodes,
@@ -671,6 +692,10 @@ class _Run:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
+        if self.ema is not None:
+            with torch.no_grad():
+                for avg, p in zip(self.ema.parameters(), self.model.parameters(), strict=True):
+                    avg.lerp_(p, 1.0 - self.cfg.ema_decay)
 
 
 def train_rl(

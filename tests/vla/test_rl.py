@@ -254,23 +254,28 @@ def test_success_frames_cut_the_executed_actions_of_successful_episodes():
     assert empty["chunks"].shape == (0, 4, 3) and empty["images"].shape == (0, 4, 8, 3)
 
 
-def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
-    """The M-step lowers the flow-matching loss of the replayed frames (frames of the scripted
-    demonstrations stand in for successes, which a 2-step SFT model does not have)."""
+def _demo_part(run: _Run, demo_dataset) -> dict[str, np.ndarray]:
+    """16 frames of the scripted demonstrations as a replay part (they stand in for successes,
+    which a 2-step SFT model does not have)."""
     from vla.dataset import LeRobotDataset
     from vla.sft import _load_frames
 
-    run = _Run.create(_cfg(sft_run, tmp_path / "rft", algo="rft", epochs=4, group_size=2))
     frames = _load_frames(LeRobotDataset(demo_dataset), run.model.config, torch.device("cpu"))
     idx = np.arange(0, len(frames.states), 9)[:16]
-    part = {
+    return {
         "images": np.concatenate([frames.images[c][idx].numpy() for c in ("front", "wrist")], 2),
         "states": frames.states[idx],
         "chunks": frames.chunks[idx],
         "is_pad": frames.is_pad[idx],
         "texts": np.array([frames.tasks[i] for i in frames.task[idx]]),
     }
-    run.replay = [part]
+
+
+def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
+    """The M-step lowers the flow-matching loss of the replayed frames."""
+    run = _Run.create(_cfg(sft_run, tmp_path / "rft", algo="rft", epochs=4, group_size=2))
+    run.replay = [_demo_part(run, demo_dataset)]
+    idx = np.arange(16)
 
     def loss() -> float:  # on all 16 frames, the same noise and times every time
         frames = replay_frames(run.replay, run.model.config.cameras, torch.device("cpu"))
@@ -284,6 +289,35 @@ def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
         imitate(run, len(idx), seed)
     assert loss() < 0.8 * before  # 1.81 → 1.11 when written
     assert imitate(run, 0, seed=9)["updates"] == 0
+
+
+def test_ema_averages_every_step_and_is_what_checkpoints_hold(sft_run, demo_dataset, tmp_path):
+    d = 0.75
+    cfg = _cfg(sft_run, tmp_path / "ema", algo="rft", epochs=1, group_size=2, ema_decay=d)
+    run = _Run.create(cfg)
+    run.replay = [_demo_part(run, demo_dataset)]
+    start = {n: p.detach().clone() for n, p in run.model.named_parameters()}
+    assert run.policy is run.ema
+    assert imitate(run, 8, seed=0)["updates"] == 1  # ⌈8 / 8⌉
+    avg, trained = dict(run.ema.named_parameters()), dict(run.model.named_parameters())
+    moved = 0
+    for n, p0 in start.items():  # one step from equal weights: p̄ = p0 + (1 − d)(p − p0)
+        torch.testing.assert_close(avg[n], p0 + (1 - d) * (trained[n] - p0))
+        moved += not torch.equal(trained[n], p0)
+    assert moved > 10
+    imitate(run, 16, seed=1)
+    path = run.save()
+    saved, _ = load_checkpoint(path)
+    for n, p in saved.named_parameters():
+        assert torch.equal(p, avg[n]), n
+    resumed = _Run.create(cfg)
+    resumed.resume(path)
+    for n, p in resumed.model.named_parameters():
+        assert torch.equal(p, trained[n]), n
+    for n, p in resumed.ema.named_parameters():
+        assert torch.equal(p, avg[n]), n
+    with pytest.raises(ValueError, match="ema_decay"):
+        dataclasses.replace(cfg, ema_decay=1.0).validate()
 
 
 def test_rft_run_writes_its_replay_and_resumes_after_a_kill(sft_run, tmp_path):
