@@ -27,7 +27,7 @@ from vla.sft import _batch, _Frames
 if TYPE_CHECKING:
     from vla.rl import _Rollout, _Run
 
-__all__ = ["load_replay", "success_frames", "update"]
+__all__ = ["Replay", "load_replay", "success_frames", "update"]
 
 _FIELDS = ("images", "states", "chunks", "is_pad", "texts")
 
@@ -63,23 +63,60 @@ def success_frames(
     return {n: np.concatenate(v) for n, v in parts.items()}
 
 
-def replay_frames(parts: list[dict[str, np.ndarray]], cameras, device) -> _Frames:
-    """The replay's parts as one `sft._Frames` (the cameras split from the side-by-side images)."""
-    images = np.concatenate([p["images"] for p in parts])
-    w = images.shape[2] // len(cameras)
-    tasks, task = np.unique(np.concatenate([p["texts"] for p in parts]), return_inverse=True)
-    cams = {
-        c: torch.from_numpy(np.ascontiguousarray(images[:, :, i * w : (i + 1) * w])).to(device)
-        for i, c in enumerate(cameras)
-    }
-    return _Frames(
-        cams,
-        np.concatenate([p["states"] for p in parts]),
-        np.concatenate([p["chunks"] for p in parts]),
-        np.concatenate([p["is_pad"] for p in parts]),
-        task.reshape(-1),
-        [str(t) for t in tasks],
-    )
+class Replay:
+    """Every iteration's successful frames in one growing buffer per field (the capacity doubles,
+    so adding a part copies that part, not the whole replay), seen as one `sft._Frames`: the
+    cameras split from the side-by-side images, on the training device."""
+
+    def __init__(self, cameras, device: torch.device):
+        self.cameras, self.device = tuple(cameras), device
+        self.n = 0
+        self._images: dict[str, torch.Tensor] = {}
+        self._arrays: dict[str, np.ndarray] = {}  # states, chunks, is_pad, task
+        self._tasks: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def append(self, part: dict[str, np.ndarray]) -> None:
+        """Adds a part (`success_frames`' fields) after the frames already held."""
+        k = len(part["states"])
+        w = part["images"].shape[2] // len(self.cameras)
+        task = np.array([self._tasks.setdefault(str(t), len(self._tasks)) for t in part["texts"]])
+        new = {"states": part["states"], "chunks": part["chunks"], "is_pad": part["is_pad"]}
+        new["task"] = task.astype(np.int64).reshape(k)
+        cams = {c: part["images"][:, :, i * w : (i + 1) * w] for i, c in enumerate(self.cameras)}
+        if not self._arrays or self.n + k > len(self._arrays["states"]):
+            self._grow(max(2 * self.n, self.n + k, 1), new, cams)
+        for name, v in new.items():
+            self._arrays[name][self.n : self.n + k] = v
+        for c, v in cams.items():
+            self._images[c][self.n : self.n + k] = torch.from_numpy(np.ascontiguousarray(v))
+        self.n += k
+
+    def _grow(self, capacity: int, new: dict[str, np.ndarray], cams: dict[str, np.ndarray]):
+        for name, v in new.items():
+            grown = np.empty((capacity, *v.shape[1:]), v.dtype)
+            if name in self._arrays:
+                grown[: self.n] = self._arrays[name][: self.n]
+            self._arrays[name] = grown
+        for c, v in cams.items():
+            grown = torch.empty((capacity, *v.shape[1:]), dtype=torch.uint8, device=self.device)
+            if c in self._images:
+                grown[: self.n] = self._images[c][: self.n]
+            self._images[c] = grown
+
+    def frames(self) -> _Frames:
+        """The frames held so far (views of the buffers)."""
+        a, n = self._arrays, self.n
+        return _Frames(
+            {c: v[:n] for c, v in self._images.items()},
+            a["states"][:n],
+            a["chunks"][:n],
+            a["is_pad"][:n],
+            a["task"][:n],
+            list(self._tasks),
+        )
 
 
 def _path(out: Path, iteration: int) -> Path:
@@ -93,16 +130,14 @@ def _save(path: Path, part: dict[str, np.ndarray]) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def load_replay(out: Path, iterations: int) -> list[dict[str, np.ndarray]]:
-    """The replay parts of iterations 1 … `iterations` of the run folder `out`."""
-    parts = []
+def load_replay(out: Path, iterations: int, replay: Replay) -> None:
+    """Adds the replay parts of iterations 1 … `iterations` of the run folder `out` to `replay`."""
     for i in range(1, iterations + 1):
         path = _path(out, i)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: replay part missing (the run cannot resume)")
         with np.load(path, allow_pickle=False) as z:
-            parts.append({n: z[n] for n in _FIELDS})
-    return parts
+            replay.append({n: z[n] for n in _FIELDS})
 
 
 def update(run: _Run, ro: _Rollout, group: int, seed: int) -> tuple[dict[str, float], float]:
@@ -131,7 +166,7 @@ def imitate(run: _Run, new: int, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     gen = torch.Generator(dev).manual_seed(seed)
     steps = math.ceil(cfg.epochs * new / cfg.minibatch_size)
-    frames = replay_frames(run.replay, model.config.cameras, dev) if steps else None
+    frames = run.replay.frames() if steps else None
     sums = {"policy_loss": 0.0, "sft_loss": 0.0}
     for _ in range(steps):
         idx = rng.integers(0, len(frames.states), cfg.minibatch_size)

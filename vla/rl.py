@@ -58,7 +58,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -432,12 +432,12 @@ class _Run:
     processor: HoverflyVLAProcessor
     optimizer: torch.optim.AdamW
     anchor: Any  # sft._Frames of the RL-Co demonstrations, or None
+    replay: rft.Replay
+    """rft: the successful frames of every iteration so far."""
     compiler_options: tuple = ()
     ema: HoverflyVLA | None = None
     """The weights' moving average (`RLConfig.ema_decay` > 0), or None."""
     iteration: int = 0
-    replay: list[dict[str, np.ndarray]] = field(default_factory=list)
-    """rft: the successful frames of every iteration so far (one part per iteration)."""
 
     @classmethod
     def create(cls, cfg: RLConfig) -> _Run:
@@ -469,9 +469,9 @@ class _Run:
             ema, _ = load_checkpoint(init, device)
             ema.eval().requires_grad_(False)
         optimizer = _optimizer(cfg, model)
-        return cls(
-            cfg, out, record, env_info, model, reference, processor, optimizer, anchor, ema=ema
-        )
+        replay = rft.Replay(model.config.cameras, device)
+        run = (cfg, out, record, env_info, model, reference, processor, optimizer, anchor, replay)
+        return cls(*run, ema=ema)
 
     @property
     def policy(self) -> HoverflyVLA:
@@ -505,7 +505,7 @@ class _Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.iteration = int(state["iteration"])
         if self.cfg.algo == "rft":
-            self.replay = rft.load_replay(self.out, self.iteration)
+            rft.load_replay(self.out, self.iteration, self.replay)
 
     def evaluate(self) -> dict[str, Any]:
         self.policy.eval()
@@ -559,7 +559,7 @@ class _Run:
             "groups_kept": groups_kept,
             "kl_ref": kl_ref,
             "entropy": _noise_entropy(self.model) if cfg.ratio == "flow_noise" else nan,
-            "replay_frames": sum(len(p["states"]) for p in self.replay),
+            "replay_frames": len(self.replay),
             "rollout_s": t1 - t0,
             "render_s": ro.seconds["render"],
             "model_s": ro.seconds["model"],

@@ -14,7 +14,7 @@ from vla.checkpoint import load_checkpoint, load_train_state
 from vla.collect import FAST_COMPILE
 from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
-from vla.rft import imitate, replay_frames, success_frames
+from vla.rft import Replay, imitate, success_frames
 from vla.rl import (
     _Rollout,
     _rollout,
@@ -271,22 +271,42 @@ def _demo_part(run: _Run, demo_dataset) -> dict[str, np.ndarray]:
     }
 
 
+def test_replay_grows_in_place_and_holds_every_part_in_order():
+    parts = [
+        success_frames(_fake_rollout(ok, [7] * len(ok)), chunk_size=4, k=2)
+        for ok in ([True], [False, True, True], [False], [True, True, True, True, True])
+    ]
+    for p in parts:  # each column its own value: the cameras are told apart
+        p["images"] = p["images"] + np.arange(8, dtype=np.uint8)[None, None, :, None]
+    replay = Replay(("front", "wrist"), torch.device("cpu"))
+    for p in parts:
+        replay.append(p)
+    assert len(replay) == 4 * (1 + 2 + 0 + 5)
+    f = replay.frames()
+    np.testing.assert_array_equal(f.states, np.concatenate([p["states"] for p in parts]))
+    np.testing.assert_array_equal(f.chunks, np.concatenate([p["chunks"] for p in parts]))
+    np.testing.assert_array_equal(f.is_pad, np.concatenate([p["is_pad"] for p in parts]))
+    texts = np.concatenate([p["texts"] for p in parts])
+    assert [f.tasks[i] for i in f.task] == list(texts)
+    images = np.concatenate([p["images"] for p in parts])
+    np.testing.assert_array_equal(f.images["front"].numpy(), images[:, :, :4])
+    np.testing.assert_array_equal(f.images["wrist"].numpy(), images[:, :, 4:])
+
+
 def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
     """The M-step lowers the flow-matching loss of the replayed frames."""
     run = _Run.create(_cfg(sft_run, tmp_path / "rft", algo="rft", epochs=4, group_size=2))
-    run.replay = [_demo_part(run, demo_dataset)]
-    idx = np.arange(16)
+    run.replay.append(_demo_part(run, demo_dataset))
 
     def loss() -> float:  # on all 16 frames, the same noise and times every time
-        frames = replay_frames(run.replay, run.model.config.cameras, torch.device("cpu"))
-        batch = _batch(frames, run.processor, np.arange(16), torch.device("cpu"))
+        batch = _batch(run.replay.frames(), run.processor, np.arange(16), torch.device("cpu"))
         with torch.no_grad():
             return float(run.model.flow_matching_loss(batch, torch.Generator().manual_seed(0)))
 
     before = loss()
-    assert imitate(run, len(idx), seed=0)["updates"] == 8  # ⌈4 · 16 / 8⌉
+    assert imitate(run, 16, seed=0)["updates"] == 8  # ⌈4 · 16 / 8⌉
     for seed in range(1, 12):
-        imitate(run, len(idx), seed)
+        imitate(run, 16, seed)
     assert loss() < 0.8 * before  # 1.81 → 1.11 when written
     assert imitate(run, 0, seed=9)["updates"] == 0
 
@@ -295,7 +315,7 @@ def test_ema_averages_every_step_and_is_what_checkpoints_hold(sft_run, demo_data
     d = 0.75
     cfg = _cfg(sft_run, tmp_path / "ema", algo="rft", epochs=1, group_size=2, ema_decay=d)
     run = _Run.create(cfg)
-    run.replay = [_demo_part(run, demo_dataset)]
+    run.replay.append(_demo_part(run, demo_dataset))
     start = {n: p.detach().clone() for n, p in run.model.named_parameters()}
     assert run.policy is run.ema
     assert imitate(run, 8, seed=0)["updates"] == 1  # ⌈8 / 8⌉
