@@ -458,7 +458,9 @@ class _Run:
             )
         # the resolved start (the newest checkpoint of an SFT run folder, say) is part of the config
         record = {"rl": cfg.to_dict() | {"init": str(init)}, "model": model.config.to_dict()}
-        _refuse_changed_config(out / "rl_config.json", "rl", record, _RESUMABLE)
+        _refuse_changed_config(
+            out / "rl_config.json", "rl", record, _RESUMABLE, RLConfig().to_dict()
+        )
         anchor = None
         if cfg.sft_coef > 0:
             from vla.dataset import LeRobotDataset

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from algos.run_folder import atomic_write
 from vla.checkpoint import (
@@ -54,7 +55,7 @@ from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 
-__all__ = ["evaluate_closed_loop", "latest_checkpoint", "train_sft"]
+__all__ = ["evaluate_closed_loop", "latest_checkpoint", "random_shift", "train_sft"]
 
 _RESUMABLE = (
     "out",
@@ -174,6 +175,22 @@ def _batch(
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """images [..., 3, S, S] -> the same shape, each image moved by an offset drawn uniformly from
+    [-pad, pad] px per axis (`generator`, on the images' device), edge pixels repeated into the
+    gap: pad by `pad` (replicate), crop S × S at the drawn corner."""
+    shape, (s, w) = images.shape, images.shape[-2:]
+    x = F.pad(images.reshape(-1, 3, s, w), (pad,) * 4, mode="replicate")
+    n = x.shape[0]
+    corner = torch.randint(0, 2 * pad + 1, (2, n), generator=generator, device=images.device)
+    rows = corner[0, :, None] + torch.arange(s, device=images.device)  # [n, S]
+    cols = corner[1, :, None] + torch.arange(w, device=images.device)  # [n, S]
+    picked = x[
+        torch.arange(n, device=images.device)[:, None, None], :, rows[:, :, None], cols[:, None]
+    ]
+    return picked.permute(0, 3, 1, 2).reshape(shape)  # advanced indices first: [n, S, S, 3]
+
+
 # -- optimization ----------------------------------------------------------------------------------
 def _lr_factor(cfg: SFTConfig) -> Callable[[int], float]:
     """lr(step) / lr: linear warm-up to 1 over `warmup_steps`, then cosine to `min_lr_ratio`."""
@@ -200,14 +217,19 @@ def _optimizer(cfg: SFTConfig, model: HoverflyVLA) -> torch.optim.AdamW:
 
 # -- run folder ------------------------------------------------------------------------------------
 def _refuse_changed_config(
-    path: Path, section: str, record: dict[str, Any], resumable: tuple[str, ...]
+    path: Path,
+    section: str,
+    record: dict[str, Any],
+    resumable: tuple[str, ...],
+    defaults: dict[str, Any],
 ) -> dict[str, Any] | None:
     """The run record saved at `path` (None when there is none yet); ValueError naming every field
-    of `record[section]` that differs from the saved one, apart from the `resumable` fields."""
+    of `record[section]` that differs from the saved one, apart from the `resumable` fields. A
+    field the saved record lacks (added since) counts as its value in `defaults`."""
     if not path.is_file():
         return None
     old = json.loads(path.read_text())
-    old_cfg, new_cfg = old.get(section, {}), record[section]
+    old_cfg, new_cfg = defaults | old.get(section, {}), record[section]
     changed = sorted(
         k
         for k in set(old_cfg) | set(new_cfg)
@@ -225,7 +247,9 @@ def _refuse_changed_config(
 def _check_same_run(out: Path, record: dict[str, Any]) -> None:
     """ValueError when `out` holds a run of a different config, DatasetError when its dataset
     changed; fields in `_RESUMABLE` may differ."""
-    old = _refuse_changed_config(out / "sft_config.json", "sft", record, _RESUMABLE)
+    old = _refuse_changed_config(
+        out / "sft_config.json", "sft", record, _RESUMABLE, SFTConfig().to_dict()
+    )
     if old is not None and old.get("dataset") != record["dataset"]:
         raise DatasetError(
             f"{record['sft']['data']}: dataset: differs from the one the run in {out} was trained "
@@ -352,6 +376,8 @@ class _Run:
         cfg = self.cfg
         idx = self.batch_rng.integers(0, len(self.frames.states), cfg.batch_size)
         batch = _batch(self.frames, self.processor, idx, self.model.patch_pos.device)
+        if cfg.image_shift:
+            batch["images"] = random_shift(batch["images"], cfg.image_shift, self.noise_gen)
         loss = self.model.flow_matching_loss(batch, generator=self.noise_gen)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
