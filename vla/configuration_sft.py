@@ -43,12 +43,7 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
     seed: int = 0
-    """Seeds the initialization, the batch order and the flow noise (and the image shifts)."""
-    image_shift: int = 0
-    """Random-shift augmentation (DrQ, Kostrikov et al. 2021): every training image, at the
-    model's resolution, moves by an offset drawn uniformly from [-image_shift, image_shift]² px
-    per axis, per frame and camera, its edge pixels repeated into the gap; 0: off. Evaluations
-    never shift."""
+    """Seeds the initialization, the batch order and the flow noise."""
     action_representation: Literal["absolute", "delta"] = "absolute"
     """Targets: the stored actions ("absolute") or action − state[:A] ("delta")."""
     norm_mode: Literal["mean_std", "min_max"] = "mean_std"
@@ -81,7 +76,7 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.model_overrides: unknown HoverflyVLAConfig field(s) {bad}")
         for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every"):
             _positive_int(name, getattr(self, name), 1)
-        for name in ("warmup_steps", "eval_every", "eval_episodes", "seed", "image_shift"):
+        for name in ("warmup_steps", "eval_every", "eval_episodes", "seed"):
             _positive_int(name, getattr(self, name), 0)
         if self.eval_every and not self.eval_episodes:
             raise ValueError("SFTConfig.eval_episodes: must be ≥ 1 when eval_every > 0")

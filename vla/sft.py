@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from algos.run_folder import atomic_write
 from vla.checkpoint import (
@@ -55,7 +54,7 @@ from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 
-__all__ = ["evaluate_closed_loop", "latest_checkpoint", "random_shift", "train_sft"]
+__all__ = ["evaluate_closed_loop", "latest_checkpoint", "train_sft"]
 
 _RESUMABLE = (
     "out",
@@ -173,22 +172,6 @@ def _batch(
     batch = processor(images, frames.states[idx], texts, frames.chunks[idx])
     batch["action_is_pad"] = torch.from_numpy(frames.is_pad[idx])
     return {k: v.to(device) for k, v in batch.items()}
-
-
-def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
-    """images [..., 3, S, S] -> the same shape, each image moved by an offset drawn uniformly from
-    [-pad, pad] px per axis (`generator`, on the images' device), edge pixels repeated into the
-    gap: pad by `pad` (replicate), crop S × S at the drawn corner."""
-    shape, (s, w) = images.shape, images.shape[-2:]
-    x = F.pad(images.reshape(-1, 3, s, w), (pad,) * 4, mode="replicate")
-    n = x.shape[0]
-    corner = torch.randint(0, 2 * pad + 1, (2, n), generator=generator, device=images.device)
-    rows = corner[0, :, None] + torch.arange(s, device=images.device)  # [n, S]
-    cols = corner[1, :, None] + torch.arange(w, device=images.device)  # [n, S]
-    picked = x[
-        torch.arange(n, device=images.device)[:, None, None], :, rows[:, :, None], cols[:, None]
-    ]
-    return picked.permute(0, 3, 1, 2).reshape(shape)  # advanced indices first: [n, S, S, 3]
 
 
 # -- optimization ----------------------------------------------------------------------------------
@@ -376,8 +359,6 @@ class _Run:
         cfg = self.cfg
         idx = self.batch_rng.integers(0, len(self.frames.states), cfg.batch_size)
         batch = _batch(self.frames, self.processor, idx, self.model.patch_pos.device)
-        if cfg.image_shift:
-            batch["images"] = random_shift(batch["images"], cfg.image_shift, self.noise_gen)
         loss = self.model.flow_matching_loss(batch, generator=self.noise_gen)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -18,7 +18,6 @@ from vla.sft import (
     evaluate_closed_loop,
     final_evaluation,
     latest_checkpoint,
-    random_shift,
     train_sft,
 )
 
@@ -64,7 +63,6 @@ def _losses(out) -> dict[int, str]:
         ("min_lr_ratio", 2.0),
         ("action_representation", "relative"),
         ("model_overrides", {"width": 3}),
-        ("image_shift", -1),
     ],
 )
 def test_validate_names_the_field(field, value):
@@ -166,36 +164,18 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(data, tmp_path):
     steps.clear()
     train_sft(_cfg(data, tmp_path / "moved", steps=7), False, lambda s, _: steps.append(s))
     assert steps == [7]
-    # a run saved before a field existed resumes with that field at its default
+    # a saved record without a field (one added since) reads it as the field's default
     saved = tmp_path / "moved" / "sft_config.json"
     record = json.loads(saved.read_text())
-    del record["sft"]["image_shift"]
+    del record["sft"]["min_lr_ratio"]  # the run's is the default
     saved.write_text(json.dumps(record))
-    train_sft(_cfg(data, tmp_path / "moved", steps=8), progress=False)
-    with pytest.raises(ValueError, match="image_shift"):
-        train_sft(_cfg(data, tmp_path / "moved", steps=9, image_shift=1), progress=False)
-
-
-def test_random_shift_crops_the_edge_padded_image_at_a_drawn_corner(data, tmp_path):
-    images = torch.rand(4, 2, 3, 8, 8)  # [B, cameras, 3, S, S]
-    out = random_shift(images, 2, torch.Generator().manual_seed(0))
-    assert out.shape == images.shape
-    padded = torch.nn.functional.pad(images.reshape(-1, 3, 8, 8), (2,) * 4, mode="replicate")
-    corners = []
-    for x, y in zip(padded, out.reshape(-1, 3, 8, 8), strict=True):
-        found = [
-            (i, j) for i in range(5) for j in range(5) if torch.equal(x[:, i : i + 8, j : j + 8], y)
-        ]
-        assert len(found) == 1
-        corners += found
-    assert len(set(corners)) > 1  # per image and camera, not one shift for the batch
-    again = random_shift(images, 2, torch.Generator().manual_seed(0))
-    assert torch.equal(out, again)  # the generator decides
-    # training draws the shifts from the run's generator: the same run, other losses
-    train_sft(_cfg(data, tmp_path / "plain", steps=2), progress=False)
-    train_sft(_cfg(data, tmp_path / "shifted", steps=2, image_shift=2), progress=False)
-    plain, shifted = _losses(tmp_path / "plain"), _losses(tmp_path / "shifted")
-    assert plain.keys() == shifted.keys() == {1, 2} and plain != shifted
+    steps.clear()
+    train_sft(_cfg(data, tmp_path / "moved", steps=8), False, lambda s, _: steps.append(s))
+    assert steps == [8]
+    del record["sft"]["lr"]  # the run's 1e-3 is not the default
+    saved.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"lr: 0\.0003 -> 0\.001"):
+        train_sft(_cfg(data, tmp_path / "moved", steps=9), progress=False)
 
 
 def test_dataset_errors(data, tmp_path):
