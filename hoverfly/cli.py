@@ -10,7 +10,7 @@
   hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S]
   hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--steps N] [--eval-episodes N]
   hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo|rft] [--iterations N] [--sft-coef λ]
-  hoverfly vla residual --checkpoint SFT_RUN --out RUN [--ppo.total-timesteps N]   # frozen-VLA base
+  hoverfly vla residual --checkpoint SFT_RUN --out RUN [--algo ppo|sac]   # frozen-VLA base
 
 Every `TrainConfig` field is an option whose default is the chosen preset's value: the command
 line is parsed once to learn the task, the preset and the algo (default: apg on the quadrotor,
@@ -241,8 +241,8 @@ class VlaRl:
 
 @dataclasses.dataclass(frozen=True)
 class VlaResidual:
-    """A PPO residual (object-centric inputs with pose noise and dropout) on a frozen VLA in arm
-    pick-place, then the base alone vs base + residual over the same episodes; resumable."""
+    """A PPO or SAC residual (object-centric inputs with pose noise and dropout) on a frozen VLA
+    in arm pick-place, then the base alone vs base + residual over the same episodes; resumable."""
 
     config: Annotated[VLAResidualConfig, tyro.conf.arg(name="")]
     json: bool = False

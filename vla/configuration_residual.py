@@ -4,10 +4,12 @@ parses it without importing torch."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from algos.ppo import PPOConfig
-from algos.presets import ARM_PRESETS
+from algos.presets import ARM_PRESETS, ARM_SAC_PRESETS
 from algos.residual import ObsAugmentation, ResidualScale
+from algos.sac import SACConfig
 from sim import manipulator
 
 POSE_FIELDS = ("cube_pos", "cube_minus_tcp", "goal_minus_cube")
@@ -19,6 +21,9 @@ _PPO = dataclasses.replace(
     unroll_length=16,
     total_timesteps=64 * 16 * 100,
     network=dataclasses.replace(ARM_PRESETS["cpu"].ppo.network, init_log_std=-1.5),
+)
+_SAC = dataclasses.replace(
+    ARM_SAC_PRESETS["cpu"].sac, num_envs=64, unroll_length=16, total_timesteps=64 * 16 * 100
 )
 
 
@@ -42,8 +47,13 @@ class VLAResidualConfig:
     """Object-pose noise and dropout on the residual's observation (the VLA sees images)."""
     perturbation: manipulator.PerturbationConfig = manipulator.PerturbationConfig(episode_prob=0.0)
     """Arm perturbations (pose-detection errors, shoves) in training and evaluation; off at 0."""
+    algo: Literal["ppo", "sac"] = "ppo"
+    """Learner of the residual: PPO, or SAC (off-policy: every env step, which the VLA's
+    rendering makes expensive, is replayed in many updates)."""
     ppo: PPOConfig = _PPO
     """PPO settings (the arm preset's, 64 envs, a small initial σ: the untrained residual ≈ 0)."""
+    sac: SACConfig = _SAC
+    """SAC settings (the arm preset's, 64 envs; its initial σ is small too)."""
     episode_steps: int | None = None
     """Episode length, control steps (None: the checkpoint's collect `max_steps`)."""
     eval_episodes: int = 64

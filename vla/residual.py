@@ -1,6 +1,6 @@
 """Residual RL on a frozen VLA: the compact VLA (`vla.modeling_hoverfly_vla`) as the base policy of
-`algos.residual.ResidualWrapper`, a state-based residual trained with PPO on object-centric inputs
-(object-pose noise and dropout), in the run folder of `algos.run_folder`.
+`algos.residual.ResidualWrapper`, a state-based residual trained with PPO or SAC on object-centric
+inputs (object-pose noise and dropout), in the run folder of `algos.run_folder`.
 
 Residual policy learning on a frozen imitation policy: Ankile et al., "From Imitation to
 Refinement -- Residual RL for Precise Assembly" (2024); Silver et al., "Residual Policy Learning"
@@ -282,7 +282,9 @@ def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
         arm=arm,
         arm_perturbation=cfg.perturbation,
         residual=residual,
+        algo=cfg.algo,
         ppo=cfg.ppo,
+        sac=cfg.sac,
         eval=EvalConfig(
             episodes=cfg.eval_episodes,
             seconds=seconds,

@@ -187,6 +187,15 @@ def test_the_vla_base_is_registered_for_run_folders():
 
 def test_the_residual_trains_in_the_demonstrations_env(checkpoint, tmp_path):
     cfg = residual_train_config(VLAResidualConfig(checkpoint=str(checkpoint), out=str(tmp_path)))
+    assert cfg.algo == "ppo" and cfg.ppo == VLAResidualConfig.ppo
+    sac = dataclasses.replace(VLAResidualConfig.sac, num_envs=8)
+    off_policy = VLAResidualConfig(
+        checkpoint=str(checkpoint), out=str(tmp_path), algo="sac", sac=sac
+    )
+    assert (residual_train_config(off_policy).algo, residual_train_config(off_policy).sac) == (
+        "sac",
+        sac,
+    )
     assert cfg.arm == collect_arm_config(COLLECT)  # the named goal targets, the episode length
     assert cfg.arm.init.goal_targets == TARGETS and cfg.arm.episode_steps == COLLECT.max_steps
     plain = _checkpoint(tmp_path / "plain", dataclasses.replace(COLLECT, randomize=False))
