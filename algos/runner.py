@@ -455,7 +455,8 @@ def _checkpoint(
 
 
 def plot_learning_curve(run_dir: Path) -> None:
-    """RUN/learning_curve.png from metrics.csv: return, termination rate, position error."""
+    """RUN/learning_curve.png from metrics.csv: return, termination rate, position error and,
+    where the env reports it, success (the share of rollout steps at the goal)."""
     from matplotlib.figure import Figure
 
     rows = read_metrics(run_dir)
@@ -466,6 +467,7 @@ def plot_learning_curve(run_dir: Path) -> None:
         ("episode/return", "episode return"),
         ("episode/termination_rate", "termination rate"),
         ("position_error", "position error [m]"),
+        ("success", "success (share of rollout steps)"),
     ]
     panels = [(k, label) for k, label in panels if k in rows[0]]
     validation = read_metrics(run_dir, VALIDATION)
@@ -477,12 +479,13 @@ def plot_learning_curve(run_dir: Path) -> None:
             vx, vy = (np.array([r[f] for r in validation]) for f in ("env_steps", k))
             ax.plot(vx, vy, "o-", lw=1.0)
         else:  # episode statistics exist only for rollouts in which episodes ended
-            y = [
-                np.nan if k.startswith("episode/") and not r.get("episode/count", 1) else r[k]
-                for r in rows
-            ]
-            ax.plot(x, y, lw=1.0)
+            y = np.array([r[k] for r in rows], np.float64)
+            ended = [not k.startswith("episode/") or r.get("episode/count", 1) for r in rows]
+            keep = np.isfinite(y) & np.array(ended, bool)
+            # long episodes end in few rollouts: dots, since NaN gaps would hide a line's points
+            ax.plot(x[keep], y[keep], lw=1.0, marker="." if keep.mean() < 0.5 else None)
         ax.set(xlabel="env steps", ylabel=label)
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.grid(alpha=0.3)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
