@@ -192,10 +192,8 @@ def test_the_residual_trains_in_the_demonstrations_env(checkpoint, tmp_path):
     off_policy = VLAResidualConfig(
         checkpoint=str(checkpoint), out=str(tmp_path), algo="sac", sac=sac
     )
-    assert (residual_train_config(off_policy).algo, residual_train_config(off_policy).sac) == (
-        "sac",
-        sac,
-    )
+    sac_run = residual_train_config(off_policy)
+    assert (sac_run.algo, sac_run.sac) == ("sac", sac)
     assert cfg.arm == collect_arm_config(COLLECT)  # the named goal targets, the episode length
     assert cfg.arm.init.goal_targets == TARGETS and cfg.arm.episode_steps == COLLECT.max_steps
     plain = _checkpoint(tmp_path / "plain", dataclasses.replace(COLLECT, randomize=False))

@@ -14,12 +14,7 @@ from vla.collect import FAST_COMPILE
 from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.processor_hoverfly_vla import compute_norm_stats
-from vla.sft import (
-    evaluate_closed_loop,
-    final_evaluation,
-    latest_checkpoint,
-    train_sft,
-)
+from vla.sft import evaluate_closed_loop, final_evaluation, latest_checkpoint, train_sft
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
