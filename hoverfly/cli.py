@@ -7,8 +7,8 @@
   hoverfly firmware-export RUN --target stm32f405|host|crazyflie --precision f32|int8 --out DIR
   hoverfly deploy hil RUN --firmware DIR [--seconds S] [--json]
   hoverfly deploy crazyflie RUN --uri URI
-  hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S]
-  hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--steps N] [--eval-episodes N]
+  hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S] [--expert RES_RUN]
+  hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--init CKPT] [--steps N]
   hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo|rft] [--iterations N] [--sft-coef λ]
   hoverfly vla residual --checkpoint SFT_RUN --out RUN [--algo ppo|sac]   # frozen-VLA base
 

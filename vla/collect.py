@@ -1,6 +1,7 @@
 """Demonstrations for VLA training: the scripted pick-and-place expert
-(`sim.manipulator.make_scripted_base`) run batched on MJX, its trajectories rendered from the
-cameras with C MuJoCo (`sim.manipulator.render`), written as a LeRobotDataset (`vla.dataset`).
+(`sim.manipulator.make_scripted_base`), or a VLA with its trained residual (`CollectConfig.expert`),
+run batched on MJX, its trajectories rendered from the cameras with C MuJoCo
+(`sim.manipulator.render`), written as a LeRobotDataset (`vla.dataset`).
 
 Each episode gets a language instruction from its variant: the cube's colour (set on the rendered
 cube geom only; physics is unaffected) and the goal's region on the table,
@@ -124,6 +125,11 @@ class CollectConfig:
     """Cube colours, cycled over the recorded episodes."""
     shadows: bool = False
     """Render shadows (about 5× slower in software OpenGL)."""
+    expert: str = "scripted"
+    """"scripted" (`sim.manipulator.make_scripted_base`), or a `hoverfly vla residual` run folder:
+    its frozen VLA plus its trained residual (`vla.residual.make_expert_rollout`), so that a VLA
+    learns what RL made of it (distillation of an RL policy into the generalist: Xu et al.,
+    "RLDG", 2024). The run's arm settings must be the ones this config gives."""
 
     def validate(self) -> None:
         if self.task != "arm-pick-place":
@@ -137,6 +143,8 @@ class CollectConfig:
             raise ValueError(f"goals must be 'targets' or 'random', got {self.goals!r}")
         if self.image_dtype == "video" and any(s % 2 for s in self.image_size):
             raise ValueError(f"video images need an even size, got {self.image_size}")
+        if self.expert != "scripted" and not (Path(self.expert) / "config.json").is_file():
+            raise ValueError(f"expert: {self.expert!r} is neither 'scripted' nor a run folder")
 
 
 def collect_arm_config(config: CollectConfig) -> ArmConfig:
@@ -289,15 +297,33 @@ def _frames(
     return frames
 
 
+def _compiled_rollout(config: CollectConfig, options: tuple) -> tuple[Env, Any]:
+    """(env, jitted rollout of the config's expert), one per setting in a process, so repeated
+    collects reuse the compiled executable (~30–60 s to compile on a 2-core CPU)."""
+    expert = config.expert if config.expert == "scripted" else str(Path(config.expert).resolve())
+    return _compiled(config.randomize, config.max_steps, config.goals, expert, options)
+
+
 @functools.cache
-def _compiled_rollout(
-    randomize: bool, max_steps: int, goals: str, options: tuple
+def _compiled(
+    randomize: bool, max_steps: int, goals: str, expert: str, options: tuple
 ) -> tuple[Env, Any]:
-    """(env, jitted rollout), one per setting in a process, so repeated collects reuse the
-    compiled executable (~30–60 s to compile on a 2-core CPU)."""
-    env = make_collect_env(CollectConfig(randomize=randomize, max_steps=max_steps, goals=goals))
-    options = env.compiler_options | dict(options)
-    return env, jax.jit(make_rollout(env, max_steps), compiler_options=options)
+    config = CollectConfig(randomize=randomize, max_steps=max_steps, goals=goals)
+    if expert == "scripted":
+        env = make_collect_env(config)
+        run = make_rollout(env, max_steps)
+    else:
+        from vla.residual import make_expert_rollout  # torch: only for a VLA expert
+
+        env, run = make_expert_rollout(expert, max_steps)
+        arm = env.unwrapped.config
+        if arm != collect_arm_config(config) or not randomize:
+            raise ValueError(
+                f"{expert}: the expert run's arm settings (goal targets {arm.init.goal_targets}, "
+                f"{arm.episode_steps} steps, randomized) differ from the collect config's "
+                f"(goals {goals!r}, max_steps {max_steps}, randomize {randomize})"
+            )
+    return env, jax.jit(run, compiler_options=env.compiler_options | dict(options))
 
 
 def rollout_episodes(
@@ -310,7 +336,7 @@ def rollout_episodes(
     if not 0 < len(seeds) <= config.batch_size:
         raise ValueError(f"1 … batch_size = {config.batch_size} seeds, got {len(seeds)}")
     options = tuple(sorted((compiler_options or {}).items()))
-    _, run = _compiled_rollout(config.randomize, config.max_steps, config.goals, options)
+    _, run = _compiled_rollout(config, options)
     padded = np.resize(seeds, config.batch_size)
     traj = jax.device_get(run(jnp.asarray(padded)))
     n = len(seeds)
@@ -335,9 +361,11 @@ def collect(
 
     config = dataclasses.replace(config or CollectConfig(), **overrides)
     config.validate()
+    if config.expert != "scripted":
+        config = dataclasses.replace(config, expert=str(Path(config.expert).resolve()))
     setup_gl()  # probes EGL in a child process: before JAX starts its threads
     options = tuple(sorted((compiler_options or {}).items()))
-    env, run = _compiled_rollout(config.randomize, config.max_steps, config.goals, options)
+    env, run = _compiled_rollout(config, options)
     arm = env.unwrapped
     fps = round(1.0 / env.dt)
     max_attempts = config.max_attempts or 4 * config.episodes + config.batch_size

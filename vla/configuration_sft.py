@@ -24,6 +24,10 @@ class SFTConfig:
     model_overrides: dict[str, Any] = field(default_factory=dict)
     """HoverflyVLAConfig fields replacing the preset's (proprio_dim / action_dim come from the
     dataset)."""
+    init: str = ""
+    """Fine-tune: start from this VLA checkpoint (or an SFT / RL run folder: its newest) instead
+    of random weights, keeping its model config and norm stats (`preset` and `model_overrides`
+    are then unused; `norm_mode` and `action_representation` must be the checkpoint's)."""
     steps: int = 10_000
     """Optimizer steps in all (may be raised when resuming)."""
     batch_size: int = 32
@@ -74,6 +78,10 @@ class SFTConfig:
         )
         if bad:
             raise ValueError(f"SFTConfig.model_overrides: unknown HoverflyVLAConfig field(s) {bad}")
+        if self.init and self.model_overrides:
+            raise ValueError(
+                "SFTConfig.model_overrides: the model of `init` is fine-tuned as it is"
+            )
         for name in ("steps", "batch_size", "checkpoint_every", "keep_checkpoints", "log_every"):
             _positive_int(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_every", "eval_episodes", "seed"):

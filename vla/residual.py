@@ -50,6 +50,7 @@ __all__ = [
     "VLABaseCarry",
     "VLAResidualConfig",
     "evaluate_vla_residual",
+    "make_expert_rollout",
     "make_vla_base",
     "residual_train_config",
     "train_vla_residual",
@@ -321,6 +322,51 @@ def train_vla_residual(
     done = result.update >= result.total
     comparison = evaluate_vla_residual(cfg.out) if done and evaluate else None
     return {"run": str(cfg.out), "update": result.update, "total": result.total, "eval": comparison}
+
+
+def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env, Any]:
+    """(env, rollout) of a VLA residual run as a demonstration expert (`vla.collect`'s
+    `CollectConfig.expert`): the frozen VLA plus the trained residual (deterministic), in the run's
+    env without the training augmentation, as `evaluate_vla_residual` scores them.
+
+    rollout(reset_seeds [B] uint32) follows `vla.collect.make_rollout`: obs [T, B, O] (the arm's
+    actor observation), qpos, mocap_pos before action t; action [T, B, A] (the command the arm
+    got: base + scaled correction, clipped); reward, success, done after it; cube_half_size [B],
+    goal [B, 3]. Pure; jit it at the edge. ValueError for a run whose base is not a VLA."""
+    run = load_run(Path(run_dir))
+    cfg = run.config
+    if cfg.residual.base != "vla":
+        raise ValueError(
+            f"{run_dir}: config.json: residual.base is {cfg.residual.base!r}; an expert run is a "
+            "`hoverfly vla residual` run (base 'vla')"
+        )
+    clean = dataclasses.replace(cfg.residual, augmentation=ObsAugmentation())
+    env = make_train_env(dataclasses.replace(cfg, residual=clean))
+    policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)
+
+    def expert_rollout(seeds: jax.Array) -> dict[str, jax.Array]:
+        state = jax.vmap(env.reset)(jax.vmap(jax.random.key)(seeds))
+
+        def step(state: State, key: jax.Array):
+            correction, _ = policy(state.obs["state"], key)
+            nstate = jax.vmap(env.step)(state, correction)
+            px = state.data.physics
+            out = {
+                "obs": state.info["inner_obs"]["state"],
+                "qpos": px.qpos,
+                "mocap_pos": px.mocap_pos,
+                "action": jax.vmap(env.applied_action)(state, correction),
+                "reward": nstate.reward,
+                "success": nstate.metrics["success"],
+                "done": nstate.done,
+            }
+            return nstate, out
+
+        keys = jax.random.split(jax.random.key(0), max_steps)  # unused: the policy's mean
+        _, traj = jax.lax.scan(step, state, keys)
+        return traj | {"cube_half_size": state.data.params.cube_half_size, "goal": state.data.goal}
+
+    return env, expert_rollout
 
 
 def evaluate_vla_residual(

@@ -46,6 +46,7 @@ from vla.checkpoint import (
     load_checkpoint,
     load_train_state,
     prune_checkpoints,
+    resolve_checkpoint,
     save_checkpoint,
 )
 from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
@@ -101,9 +102,11 @@ def _fingerprint(ds: LeRobotDataset) -> dict[str, Any]:
     }
 
 
-def _model_config(cfg: SFTConfig, ds: LeRobotDataset) -> HoverflyVLAConfig:
-    """The preset with the overrides, sized to the dataset's state and action; DatasetError when
-    the dataset lacks what the model reads."""
+def _model_config(
+    cfg: SFTConfig, ds: LeRobotDataset, initial: HoverflyVLAConfig | None = None
+) -> HoverflyVLAConfig:
+    """The preset with the overrides, sized to the dataset's state and action (or the `initial`
+    model's config, as it is); DatasetError when the dataset lacks what the model reads."""
     info_path = ds.root / "meta" / "info.json"
     for key in ("observation.state", "action"):
         if key not in ds.features or len(ds.features[key]["shape"]) != 1:
@@ -112,7 +115,7 @@ def _model_config(cfg: SFTConfig, ds: LeRobotDataset) -> HoverflyVLAConfig:
         "proprio_dim": ds.features["observation.state"]["shape"][0],
         "action_dim": ds.features["action"]["shape"][0],
     }
-    mcfg = PRESETS[cfg.preset].replace(**(sizes | dict(cfg.model_overrides)))
+    mcfg = initial or PRESETS[cfg.preset].replace(**(sizes | dict(cfg.model_overrides)))
     missing = [c for c in mcfg.cameras if _camera_key(c) not in ds.camera_keys]
     if missing:
         raise DatasetError(
@@ -134,6 +137,25 @@ def _model_config(cfg: SFTConfig, ds: LeRobotDataset) -> HoverflyVLAConfig:
                 "absolute gripper, not the quantities of state[:A]; use 'absolute'"
             )
     return mcfg
+
+
+def _initial_model(
+    cfg: SFTConfig, device: torch.device
+) -> tuple[HoverflyVLA, HoverflyVLAProcessor] | tuple[None, None]:
+    """The model and processor of `cfg.init` (its normalization checked against `cfg`), or
+    (None, None) without one."""
+    if not cfg.init:
+        return None, None
+    path = resolve_checkpoint(cfg.init)
+    model, processor = load_checkpoint(path, device)
+    stats = processor.stats
+    theirs = (stats.mode, stats.action_representation)
+    if theirs != (cfg.norm_mode, cfg.action_representation):
+        raise ValueError(
+            f"SFTConfig.init: {path} normalizes with {theirs}, the config asks for "
+            f"{(cfg.norm_mode, cfg.action_representation)}"
+        )
+    return model, processor
 
 
 def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig, device: torch.device) -> _Frames:
@@ -284,21 +306,29 @@ class _Run:
         """Reads the dataset, builds processor (norm stats), model and optimizer from `cfg`."""
         out = Path(cfg.out)
         ds = LeRobotDataset(cfg.data)
-        mcfg = _model_config(cfg, ds)
+        device = torch.device(cfg.device)
+        model, processor = _initial_model(cfg, device)
+        mcfg = _model_config(cfg, ds, model and model.config)
         record = {
-            "sft": cfg.to_dict() | {"data": str(Path(cfg.data).resolve())},
+            "sft": cfg.to_dict()
+            | {
+                "data": str(Path(cfg.data).resolve()),
+                "init": str(resolve_checkpoint(cfg.init).resolve()) if cfg.init else "",
+            },
             "model": mcfg.to_dict(),
             "dataset": _fingerprint(ds),
         }
         _check_same_run(out, record)
-        device = torch.device(cfg.device)
         frames = _load_frames(ds, mcfg, device)
-        stats = compute_norm_stats(
-            frames.states, frames.chunks, cfg.norm_mode, cfg.action_representation
-        )
         ss = np.random.SeedSequence(cfg.seed).spawn(3)  # init, batch order, flow noise
-        init_gen = torch.Generator().manual_seed(int(ss[0].generate_state(1)[0]))
-        model = HoverflyVLA(mcfg, generator=init_gen).to(device).train()
+        if model is None:
+            stats = compute_norm_stats(
+                frames.states, frames.chunks, cfg.norm_mode, cfg.action_representation
+            )
+            init_gen = torch.Generator().manual_seed(int(ss[0].generate_state(1)[0]))
+            model = HoverflyVLA(mcfg, generator=init_gen).to(device)
+            processor = HoverflyVLAProcessor(mcfg, stats)
+        model.train()
         optimizer = _optimizer(cfg, model)
         return cls(
             cfg,
@@ -306,7 +336,7 @@ class _Run:
             record,
             ds.info.get("hoverfly"),
             frames,
-            HoverflyVLAProcessor(mcfg, stats),
+            processor,
             model,
             optimizer,
             torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg)),

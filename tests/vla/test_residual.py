@@ -15,9 +15,11 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 import torch
 
+from algos import run_folder
 from algos.residual import ResidualScale, ResidualWrapper
 from sim.manipulator import CameraRenderer
 from vla.checkpoint import save_checkpoint
@@ -26,13 +28,16 @@ from vla.collect import (
     STATE_FIELDS,
     TARGETS,
     CollectConfig,
+    collect,
     collect_arm_config,
     goal_region,
     instruction,
     make_collect_env,
+    rollout_episodes,
     state_index,
 )
 from vla.configuration_hoverfly_vla import TEST
+from vla.dataset import LeRobotDataset
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 from vla.residual import VLAResidualConfig, make_vla_base, residual_train_config
@@ -199,3 +204,50 @@ def test_the_residual_trains_in_the_demonstrations_env(checkpoint, tmp_path):
     plain = _checkpoint(tmp_path / "plain", dataclasses.replace(COLLECT, randomize=False))
     with pytest.raises(ValueError, match="without domain randomization"):
         residual_train_config(VLAResidualConfig(checkpoint=str(plain), out=str(tmp_path)))
+
+
+def _constant_run(checkpoint, path, correction):
+    """A VLA residual run folder (scale 0.5) whose residual always outputs `correction` [4]."""
+    cfg = residual_train_config(
+        VLAResidualConfig(checkpoint=str(checkpoint), out=str(path), scale=ResidualScale(0.5, 0.5))
+    )
+    params = run_folder.make_env_and_network(cfg)[1].init(jax.random.key(0))
+    actor = params["actor"]["params"]
+    head = max(actor, key=lambda name: int(name.split("_")[-1]))  # the mean's Dense layer
+    actor[head] = {"kernel": jnp.zeros_like(actor[head]["kernel"]), "bias": correction}
+    path.mkdir()
+    run_folder.write_config(path, cfg)
+    opt_state = optax.adam(1e-3).init(params)
+    key = jax.random.key(0)
+    run_folder.save_checkpoint(path, 1, params, opt_state, key, run_folder.config_hash(cfg))
+    return path
+
+
+def test_a_residual_run_is_a_collect_expert(checkpoint, wrapped, tmp_path):
+    """`CollectConfig.expert` = a VLA residual run: an episode's first recorded frame is its
+    reset's (from the episode's reset seed) and its first action is the base's plus the scaled
+    correction; the episode replays from its reset seed (`rollout_episodes`)."""
+    _, _, w, _ = wrapped
+    correction = jnp.asarray([0.4, -0.4, 0.2, 0.0])
+    run = _constant_run(checkpoint, tmp_path / "run", correction)
+    cfg = dataclasses.replace(
+        COLLECT, episodes=2, batch_size=2, keep_failures=True, image_dtype="image", expert=str(run)
+    )
+    data = collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
+    ds = LeRobotDataset(data)
+    assert ds.info["hoverfly"]["collect"]["expert"] == str(run.resolve())
+    seeds = [e.metadata["reset_seed"] for e in ds.episodes]
+    first = jax.jit(jax.vmap(w.reset))(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)))
+    episodes = [ds.episode(e.index) for e in ds.episodes]
+    recorded = np.stack([ep["observation.environment_state"] for ep in episodes])
+    actions = np.stack([ep["action"] for ep in episodes])
+    np.testing.assert_allclose(recorded[:, 0], first.info["inner_obs"]["state"], atol=1e-6)
+    expected = np.clip(np.asarray(first.info["base_action"]) + 0.5 * correction, -1, 1)
+    np.testing.assert_allclose(actions[:, 0], expected, atol=1e-6)
+    replay = rollout_episodes(cfg, seeds, FAST_COMPILE)
+    np.testing.assert_allclose(replay["obs"].swapaxes(0, 1), recorded, atol=1e-5)
+    np.testing.assert_allclose(replay["action"].swapaxes(0, 1), actions, atol=1e-6)
+    longer = dataclasses.replace(cfg, max_steps=COLLECT.max_steps + 1)
+    with pytest.raises(ValueError, match="arm settings"):
+        collect(tmp_path / "other", longer, progress=False)
+    assert not (tmp_path / "other").exists()

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vla.checkpoint import load_checkpoint, load_train_state
+from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
 from vla.collect import FAST_COMPILE
 from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
-from vla.processor_hoverfly_vla import compute_norm_stats
+from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 from vla.sft import evaluate_closed_loop, final_evaluation, latest_checkpoint, train_sft
 
 pytestmark = [
@@ -127,6 +127,28 @@ def test_training_reduces_loss_and_saves_norm_stats(data, tmp_path):
     assert state["step"] == 120 and "optimizer" in state and "numpy_rng" in state
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert names == ["step_00000100", "step_00000120"]  # keep_checkpoints = 2
+
+
+def test_fine_tuning_starts_from_the_init_checkpoint(data, tmp_path):
+    first = train_sft(_cfg(data, tmp_path / "first", steps=2), progress=False)
+    start = load_checkpoint(first)[0]
+    # other norm stats than the dataset's: a fine-tune keeps the checkpoint's, as its model
+    stats = compute_norm_stats(np.ones((4, 12)), np.zeros((4, 4)))
+    init = save_checkpoint(tmp_path / "init", start, HoverflyVLAProcessor(start.config, stats))
+    # preset "small" is not used: the checkpoint's TEST-preset model is fine-tuned
+    tuned = tmp_path / "tuned"
+    cfg = _cfg(data, tuned, steps=1, lr=1e-12, init=str(tmp_path / "init"), preset="small")
+    model, processor = load_checkpoint(train_sft(cfg, progress=False))
+    assert model.config == start.config and processor.stats == stats
+    for name, p in start.state_dict().items():  # one step at lr 1e-12: the same weights
+        torch.testing.assert_close(model.state_dict()[name], p, atol=1e-9, rtol=0)
+    record = json.loads((tuned / "sft_config.json").read_text())
+    assert record["sft"]["init"] == str(init.resolve())
+    with pytest.raises(ValueError, match="normalizes with"):
+        train_sft(_cfg(data, tmp_path / "bad", init=str(init), norm_mode="min_max"), progress=False)
+    with pytest.raises(ValueError, match="model_overrides"):
+        _cfg(data, tmp_path / "bad", init=str(init), model_overrides={"d_model": 64}).validate()
+    assert not (tmp_path / "bad").exists()
 
 
 def test_resume_after_a_kill_matches_an_uninterrupted_run(data, tmp_path):
