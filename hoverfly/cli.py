@@ -194,8 +194,8 @@ class Deploy:
 
 @dataclasses.dataclass(frozen=True)
 class VlaCollect:
-    """Record scripted-expert demonstrations with camera images and an instruction per episode
-    (LeRobotDataset layout: parquet + mp4 + meta/)."""
+    """Record demonstrations of the scripted expert (or of a VLA residual run: --expert) with
+    camera images and an instruction per episode (LeRobotDataset layout: parquet + mp4 + meta/)."""
 
     out: Path
     """Dataset folder (written atomically)."""
