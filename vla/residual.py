@@ -340,14 +340,14 @@ def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env
             f"{run_dir}: config.json: residual.base is {cfg.residual.base!r}; an expert run is a "
             "`hoverfly vla residual` run (base 'vla')"
         )
-    clean = dataclasses.replace(cfg.residual, augmentation=ObsAugmentation())
-    env = make_train_env(dataclasses.replace(cfg, residual=clean))
+    env = _without_augmentation(run)
     policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)
+    key = jax.random.key(0)  # unused: the deterministic policy is the mean
 
     def expert_rollout(seeds: jax.Array) -> dict[str, jax.Array]:
         state = jax.vmap(env.reset)(jax.vmap(jax.random.key)(seeds))
 
-        def step(state: State, key: jax.Array):
+        def step(state: State, _):
             correction, _ = policy(state.obs["state"], key)
             nstate = jax.vmap(env.step)(state, correction)
             px = state.data.physics
@@ -362,11 +362,16 @@ def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env
             }
             return nstate, out
 
-        keys = jax.random.split(jax.random.key(0), max_steps)  # unused: the policy's mean
-        _, traj = jax.lax.scan(step, state, keys)
+        _, traj = jax.lax.scan(step, state, None, max_steps)
         return traj | {"cube_half_size": state.data.params.cube_half_size, "goal": state.data.goal}
 
     return env, expert_rollout
+
+
+def _without_augmentation(run) -> Env:
+    """The run's env with the residual's observation augmentation off (perturbations kept)."""
+    clean = dataclasses.replace(run.config.residual, augmentation=ObsAugmentation())
+    return make_train_env(dataclasses.replace(run.config, residual=clean))
 
 
 def evaluate_vla_residual(
@@ -386,10 +391,7 @@ def evaluate_vla_residual(
     "gain_points": residual − base success, in percentage points, "update"}."""
     run = load_run(Path(run_dir))
     cfg = run.config
-    env = run.env
-    if not augment:
-        clean = dataclasses.replace(cfg.residual, augmentation=ObsAugmentation())
-        env = make_train_env(dataclasses.replace(cfg, residual=clean))
+    env = run.env if augment else _without_augmentation(run)
     n = cfg.eval.episodes if episodes is None else episodes
     key = jax.random.key(cfg.eval.seed if seed is None else seed)
     steps, settle = eval_steps(cfg.eval, env.dt)

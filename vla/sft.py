@@ -140,13 +140,12 @@ def _model_config(
 
 
 def _initial_model(
-    cfg: SFTConfig, device: torch.device
+    cfg: SFTConfig, path: Path | None, device: torch.device
 ) -> tuple[HoverflyVLA, HoverflyVLAProcessor] | tuple[None, None]:
-    """The model and processor of `cfg.init` (its normalization checked against `cfg`), or
-    (None, None) without one."""
-    if not cfg.init:
+    """The model and processor of the checkpoint `path` (its normalization checked against
+    `cfg`), or (None, None) without one."""
+    if path is None:
         return None, None
-    path = resolve_checkpoint(cfg.init)
     model, processor = load_checkpoint(path, device)
     stats = processor.stats
     theirs = (stats.mode, stats.action_representation)
@@ -307,14 +306,12 @@ class _Run:
         out = Path(cfg.out)
         ds = LeRobotDataset(cfg.data)
         device = torch.device(cfg.device)
-        model, processor = _initial_model(cfg, device)
+        init = resolve_checkpoint(cfg.init).resolve() if cfg.init else None
+        model, processor = _initial_model(cfg, init, device)
         mcfg = _model_config(cfg, ds, model and model.config)
         record = {
             "sft": cfg.to_dict()
-            | {
-                "data": str(Path(cfg.data).resolve()),
-                "init": str(resolve_checkpoint(cfg.init).resolve()) if cfg.init else "",
-            },
+            | {"data": str(Path(cfg.data).resolve()), "init": str(init) if init else ""},
             "model": mcfg.to_dict(),
             "dataset": _fingerprint(ds),
         }

@@ -143,9 +143,12 @@ class ResidualWrapper(Wrapper):
         carry = self.base.init(inner) if self._needs_state else self.base.init()
         return self._wrap(inner, carry, jnp.zeros_like(obs), first=True)
 
+    def _scale(self, state: State) -> jax.Array:
+        return residual_scale(self.scale, state.info.get("progress", jnp.ones(())))
+
     def applied_action(self, state: State, action: jax.Array) -> jax.Array:
         """The command [A] that `step(state, action)` sends to the wrapped env."""
-        s = residual_scale(self.scale, state.info.get("progress", jnp.ones(())))
+        s = self._scale(state)
         return jnp.clip(state.info["base_action"] + s * jnp.clip(action, -1.0, 1.0), -1.0, 1.0)
 
     def step(self, state: State, action: jax.Array) -> State:
@@ -155,7 +158,7 @@ class ResidualWrapper(Wrapper):
         inner = self.env.step(state.replace(obs=info["inner_obs"]), applied)
         metrics = {
             **inner.metrics,
-            "residual/scale": residual_scale(self.scale, info.get("progress", jnp.ones(()))),
+            "residual/scale": self._scale(state),
             "residual/correction": jnp.mean(jnp.abs(applied - base_action)),
         }
         inner = inner.replace(metrics=metrics)
