@@ -26,9 +26,9 @@ the GPU), the last layer is one row reduction per action.
 `use_pallas=False` runs the kernel's code through XLA instead, one jitted step per call (the
 tests, on the CPU: Pallas' interpreter and XLA:CPU take minutes to compile the chained steps).
 Covered: quadrotor tasks with the actor observation only; the envs per block are a power of two
-that divides the batch. Triton has not finished compiling the kernel on the H200 (over 8 min, for
-100 steps or for 10: the cost is per loop body; the reset and the observation noise hold ~60
-Threefry blocks; README, "Fused rollout"), so it is not yet timed there.
+that divides the batch. On a GPU the kernel compiles through `fused_compile` (the `triton`
+package's pipeline without its coalesce pass, which on this kernel ran for over 8 minutes in
+jaxlib's Triton and never finished).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from jax.experimental.pallas import triton as pltr
 from sim import rng as threefry
 from sim.env import Env, State
 from sim.quadrotor import dynamics as dyn
+from sim.quadrotor import fused_compile
 from sim.quadrotor.env import QuadData, QuadrotorEnv
 from sim.quadrotor.params import GRAVITY
 from sim.quadrotor.randomization import DomainRandomization, RandomizationConfig
@@ -462,6 +463,8 @@ def make_fused_rollout(
     stack on the CPU).
     """
     stack = _unwrap(env)
+    if use_pallas and jax.default_backend() == "gpu":
+        fused_compile.install()
     if steps < 1:
         raise ValueError(f"steps must be ≥ 1, got {steps}")
     if block_size & (block_size - 1):

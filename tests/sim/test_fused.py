@@ -1,7 +1,7 @@
 """The fused rollout (`sim.quadrotor.fused`) against the XLA training stack it fuses.
 
 On the CPU the kernel's code runs through XLA (`use_pallas=False`, one jitted call per step), and
-its Pallas form is lowered to Triton IR for the GPU (compiling that IR needs a GPU)."""
+its Pallas form is lowered to Triton IR for the GPU and compiled to PTX as on a GPU."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
 from sim import ObservationSubset, make_env, wrap_for_training
-from sim.quadrotor import QuadrotorConfig
+from sim.quadrotor import QuadrotorConfig, fused_compile
 from sim.quadrotor.fused import DenseActor, make_fused_rollout
 
 B = 256
@@ -92,6 +92,39 @@ def test_fused_rollout_lowers_to_a_triton_kernel():
     text = lowered.lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("xla.gpu.triton") == 1  # one kernel for the 100 steps
     assert "fused_quadrotor_rollout" in text
+
+
+def _triton_module(lowered) -> bytes:
+    """The Triton IR (jaxlib bytecode) of the one Pallas kernel in a program lowered for CUDA."""
+    calls = []
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for o in block.operations:
+                    if o.operation.name == "stablehlo.custom_call":
+                        calls.append(o)
+                    walk(o.operation)
+
+    walk(lowered.compiler_ir("stablehlo").operation)
+    (call,) = [c for c in calls if "mhlo.backend_config" in c.attributes]
+    return call.attributes["mhlo.backend_config"]["ir"].value_bytes
+
+
+@pytest.mark.slow
+def test_fused_kernel_compiles_to_ptx_without_the_coalesce_pass():
+    """The path `fused_compile.install()` gives the kernel on a GPU, run here without one: the
+    `triton` package's pipeline takes the kernel to PTX (~15 s; jaxlib's, with coalesce, did
+    not finish in 8 min)."""
+    pytest.importorskip("triton")
+    env, state, ac, params = _setup("quadrotor-hover", QuadrotorConfig(), True, 500)
+    lowered = jax.jit(make_fused_rollout(env, steps=10)).trace(
+        state, DenseActor.from_params(params)
+    )
+    module = _triton_module(lowered.lower(lowering_platforms=("cuda",)))
+    ptx, smem = fused_compile.compile_to_ptx(module, capability=90, num_warps=4)
+    assert ".entry fused_quadrotor_rollout(" in ptx and ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx and smem > 0  # the hidden layers on the tensor cores
 
 
 def test_fused_rollout_refuses_other_stacks():
