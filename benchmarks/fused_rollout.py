@@ -147,6 +147,7 @@ def run(args: Args) -> dict:
                 row[name] = _time(fused, jax.tree.map(jnp.copy, state), actor, n, args.repeats)
             except Exception as e:
                 row[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                print(f"  {row[name]['error']}", file=sys.stderr)
             gc.collect()
         ok = {k: r for k, r in row.items() if "steps_per_s" in r and k != "xla"}
         if ok and "steps_per_s" in row["xla"]:
@@ -158,7 +159,10 @@ def run(args: Args) -> dict:
         gc.collect()
     report = {**report_header("fused_rollout", args), "results": results}
     if args.parity_batch:
-        report["parity"] = _parity(args, jax.random.key(args.seed + 1), variants[0])
+        try:
+            report["parity"] = _parity(args, jax.random.key(args.seed + 1), variants[0])
+        except Exception as e:
+            report["parity"] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
     return report
 
 

@@ -11,9 +11,9 @@ per memory op. The fused rollout has ~280 memory ops before, inside and after on
 Coalesce only picks the layout of each load and store (how many contiguous elements a thread
 moves); the layouts the kernel starts with are already valid, and for the fused kernel's
 `[block]` rows (one env per thread, consecutive envs in consecutive threads) they are the
-coalesced ones. So `install()` registers a handler in front of jaxlib's: a kernel whose name is
-in `NAMES` goes through the `triton` package's NVIDIA backend with the coalesce pass left out,
-every other kernel to jaxlib's handler unchanged. jaxlib then loads the PTX as it does its own.
+coalesced ones. So `install()` wraps the compile that Pallas calls: a kernel whose name is in
+`NAMES` goes through the `triton` package's NVIDIA backend with the coalesce pass left out,
+every other kernel to jaxlib's Triton unchanged. jaxlib then loads the PTX as it does its own.
 The `triton` package (the one PyTorch's CUDA wheels bring) must be importable on the GPU host.
 """
 
@@ -91,29 +91,34 @@ def compile_to_ptx(
 
 
 def install() -> bool:
-    """Puts the handler in front of jaxlib's CUDA Triton handler (once); False when there is
-    none to put it in front of (no CUDA jaxlib) or the `triton` package is missing."""
+    """Wraps the Triton compile that Pallas calls (`jax._src.lib.triton.compile`, once): a
+    CUDA kernel named in `NAMES` goes through `compile_to_ptx`, any other to jaxlib. False
+    where there is nothing to wrap or the `triton` package is missing."""
     try:
         import triton  # noqa: F401
         from jax._src.lib import triton as jt
     except ImportError:
         return False
-    handlers = jt._compilation_handlers
-    key = next((k for k in handlers if k.upper() == "CUDA"), None)
-    if key is None:
+    inner = getattr(jt, "compile", None)
+    if inner is None:
         return False
-    inner = handlers[key]
     if getattr(inner, "_hoverfly", False):
         return True
 
-    def handler(module, arch_name, num_warps, num_ctas, num_stages):
-        if not any(name in module for name in NAMES):
-            return inner(module, arch_name, num_warps, num_ctas, num_stages)
+    def compile(platform, module, arch_name, *, num_warps, num_ctas, num_stages):
+        if platform.upper() != "CUDA" or not any(name in module for name in NAMES):
+            return inner(
+                platform,
+                module,
+                arch_name,
+                num_warps=num_warps,
+                num_ctas=num_ctas,
+                num_stages=num_stages,
+            )
         capability = int(arch_name.replace(".", ""))
         ptx, smem = compile_to_ptx(module, capability, num_warps, num_ctas, num_stages)
         return CompilationResult(asm=ptx, smem_bytes=smem)
 
-    handler._hoverfly = True
-    with jt._compilation_handlers_lock:
-        handlers[key] = handler
+    compile._hoverfly = True
+    jt.compile = compile
     return True
