@@ -135,8 +135,8 @@ def _draw(key: Key, i: int) -> Key:
 
     `sim.rng.threefry2x32`'s 20 rounds, rolled: two 4-round groups per loop trip (the rotation
     sets alternate), a fifth group after it, the key schedule rotated through the carry. The
-    bits are the same; the kernel holds ~70 of these, and unrolled they made its compilation
-    (Triton) take minutes.
+    bits are the same; the kernel holds ~60 of these. Unrolled, its 10-step form took 18 s to
+    PTX and 18 s through ptxas here instead of 12 and 12, and spilled 17.8 instead of 14.1 KB.
     """
     k1, k2 = key
     rot = threefry._ROTATIONS
