@@ -90,20 +90,25 @@ def compile_to_ptx(
     return mod, metadata["shared"]
 
 
-def install() -> bool:
+def install() -> None:
     """Wraps the Triton compile that Pallas calls (`jax._src.lib.triton.compile`, once): a
-    CUDA kernel named in `NAMES` goes through `compile_to_ptx`, any other to jaxlib. False
-    where there is nothing to wrap or the `triton` package is missing."""
+    CUDA kernel named in `NAMES` goes through `compile_to_ptx`, any other to jaxlib. Raises
+    RuntimeError naming what is missing: the `triton` package, or that compile in jaxlib."""
     try:
         import triton  # noqa: F401
-        from jax._src.lib import triton as jt
-    except ImportError:
-        return False
+    except ImportError as e:
+        raise RuntimeError(
+            "the fused rollout compiles through the `triton` package (pip install "
+            "triton==3.6.0; PyTorch's CUDA wheels bring it): jaxlib's own Triton does not "
+            "finish compiling the kernel"
+        ) from e
+    from jax._src.lib import triton as jt
+
     inner = getattr(jt, "compile", None)
     if inner is None:
-        return False
+        raise RuntimeError("this jaxlib has no jax._src.lib.triton.compile to route the kernel")
     if getattr(inner, "_hoverfly", False):
-        return True
+        return
 
     def compile(platform, module, arch_name, *, num_warps, num_ctas, num_stages):
         if platform.upper() != "CUDA" or not any(name in module for name in NAMES):
@@ -121,4 +126,16 @@ def install() -> bool:
 
     compile._hoverfly = True
     jt.compile = compile
-    return True
+
+
+def require_gpu_path() -> None:
+    """`install()` where Pallas will call it: jaxlib ≤ 0.10.2 hands the kernel's IR to XLA's own
+    Triton instead (a custom call compiled by XLA), which this cannot route."""
+    from jax._src.lib import version as jaxlib_version
+
+    if jaxlib_version <= (0, 10, 2):
+        raise RuntimeError(
+            f"the fused rollout needs jaxlib > 0.10.2 on the GPU (found {jaxlib_version}): older "
+            "ones compile Pallas kernels inside XLA, whose Triton does not finish this one"
+        )
+    install()

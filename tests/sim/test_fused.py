@@ -6,6 +6,7 @@ its Pallas form is lowered to Triton IR for the GPU and compiled to PTX as on a 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -124,11 +125,24 @@ def test_fused_kernel_compiles_to_ptx_without_the_coalesce_pass():
         state, DenseActor.from_params(params)
     )
     module = _triton_module(lowered.lower(lowering_platforms=("cuda",)))
-    assert fused_compile.install() and fused_compile.install()  # once; a second call keeps it
+    fused_compile.install()
+    fused_compile.install()  # once: a second call keeps the wrapped compile
     result = jt.compile("cuda", module, "9.0", num_warps=4, num_ctas=1, num_stages=1)
     assert ".entry fused_quadrotor_rollout(" in result.asm and ".target sm_90a" in result.asm
     assert "wgmma.mma_async" in result.asm  # the hidden layers on the tensor cores
     assert result.smem_bytes > 0
+    assert jt.compile._hoverfly
+
+
+def test_the_gpu_path_names_what_it_lacks(monkeypatch):
+    import jax._src.lib as jax_lib
+
+    monkeypatch.setattr(jax_lib, "version", (0, 10, 2))
+    with pytest.raises(RuntimeError, match=r"needs jaxlib > 0.10.2 on the GPU \(found"):
+        fused_compile.require_gpu_path()
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` fails
+    with pytest.raises(RuntimeError, match="compiles through the `triton` package"):
+        fused_compile.install()
 
 
 def test_fused_rollout_refuses_other_stacks():
