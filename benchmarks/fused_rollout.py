@@ -95,6 +95,10 @@ def _time(run, state, operand, env_steps: int, repeats: int) -> dict:
     }
 
 
+def _error(e: Exception, chars: int = 500) -> dict:
+    return {"error": f"{type(e).__name__}: {str(e)[:chars]}"}
+
+
 def _parity(args: Args, key: jax.Array, variant: dict) -> dict:
     env, state, params, peer = _setup(args.parity_batch, args.parity_steps, key)
     ref, ref_resets = peer(jax.tree.map(jnp.copy, state), params)
@@ -137,7 +141,7 @@ def run(args: Args) -> dict:
         try:
             row["xla"] = _time(peer, jax.tree.map(jnp.copy, state), params, n, args.repeats)
         except Exception as e:  # e.g. out of memory
-            row["xla"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            row["xla"] = _error(e, 300)
         actor = DenseActor.from_params(params)
         for v in variants:
             name = "fused_b{block_size}_w{num_warps}".format(**v) + ("_fast_tanh" * v["fast_tanh"])
@@ -146,7 +150,7 @@ def run(args: Args) -> dict:
                 fused = jax.jit(make_fused_rollout(env, args.steps, **v), donate_argnums=0)
                 row[name] = _time(fused, jax.tree.map(jnp.copy, state), actor, n, args.repeats)
             except Exception as e:
-                row[name] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                row[name] = _error(e)
                 print(f"  {row[name]['error']}", file=sys.stderr)
             gc.collect()
         ok = {k: r for k, r in row.items() if "steps_per_s" in r and k != "xla"}
@@ -162,7 +166,7 @@ def run(args: Args) -> dict:
         try:
             report["parity"] = _parity(args, jax.random.key(args.seed + 1), variants[0])
         except Exception as e:
-            report["parity"] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+            report["parity"] = _error(e)
     return report
 
 

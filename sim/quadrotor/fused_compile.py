@@ -6,7 +6,7 @@ store it collects the connected slice of the kernel around it (`multiRootGetSlic
 the backward and forward slice of every op in the slice again): quadratic in the kernel's size
 per memory op. The fused rollout has ~280 memory ops before, inside and after one loop of
 ~20 k ops, so the pass alone ran for over 8 minutes and was never seen to finish (README,
-"Fused rollout"). Without it the whole pipeline to PTX takes ~13 s on two CPU cores.
+"Fused rollout"). Without it the whole pipeline to PTX takes ~12 s on two CPU cores.
 
 Coalesce only picks the layout of each load and store (how many contiguous elements a thread
 moves); the layouts the kernel starts with are already valid, and for the fused kernel's
@@ -53,16 +53,15 @@ def _as_text(module: bytes) -> str:
 
 
 def compile_to_ptx(
-    module: bytes | str, capability: int, num_warps: int, num_ctas: int = 1, num_stages: int = 1
+    module: bytes, capability: int, num_warps: int, num_ctas: int = 1, num_stages: int = 1
 ) -> tuple[str, int]:
-    """(PTX, shared memory bytes) of a Triton IR module (jaxlib bytecode or MLIR text) for an
-    NVIDIA GPU of compute `capability` (e.g. 90), through the `triton` package's pipeline
-    without the coalesce pass. Needs no GPU."""
+    """(PTX, shared memory bytes) of a Triton IR module (jaxlib bytecode) for an NVIDIA GPU of
+    compute `capability` (e.g. 90), through the `triton` package's pipeline without the
+    coalesce pass. Needs no GPU."""
     from triton._C.libtriton import ir, passes
     from triton.backends.compiler import GPUTarget, Language
     from triton.backends.nvidia.compiler import CUDABackend
 
-    text = module if isinstance(module, str) else _as_text(module)
     backend = CUDABackend(GPUTarget("cuda", capability, 32))
     options = backend.parse_options(
         {"num_warps": num_warps, "num_ctas": num_ctas, "num_stages": num_stages}
@@ -73,7 +72,7 @@ def compile_to_ptx(
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.ttir")
         with open(path, "w") as f:
-            f.write(text)
+            f.write(_as_text(module))
         mod = ir.parse_mlir_module(path, ctx)
     mod.context = ctx
     stages: dict = {}
