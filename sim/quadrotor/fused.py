@@ -464,7 +464,7 @@ def make_fused_rollout(
     """
     stack = _unwrap(env)
     if use_pallas and jax.default_backend() == "gpu":
-        fused_compile.require_gpu_path()
+        fused_compile.install()
     if steps < 1:
         raise ValueError(f"steps must be ≥ 1, got {steps}")
     if block_size & (block_size - 1):

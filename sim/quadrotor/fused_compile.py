@@ -1,7 +1,7 @@
 """Compiles the fused rollout's Triton kernel with Triton's own compiler, without its coalesce pass.
 
-XLA compiles a Pallas kernel's Triton IR with the Triton inside jaxlib (`jax._src.lib.triton`'s
-CUDA handler), whose pass pipeline starts with TritonGPU's *coalesce* pass. For every load and
+XLA compiles a Pallas kernel's Triton IR with its own Triton, whose pass pipeline starts with
+TritonGPU's *coalesce* pass. For every load and
 store it collects the connected slice of the kernel around it (`multiRootGetSlice`, which takes
 the backward and forward slice of every op in the slice again): quadratic in the kernel's size
 per memory op. The fused rollout has ~280 memory ops before, inside and after one loop of
@@ -11,33 +11,23 @@ per memory op. The fused rollout has ~280 memory ops before, inside and after on
 Coalesce only picks the layout of each load and store (how many contiguous elements a thread
 moves); the layouts the kernel starts with are already valid, and for the fused kernel's
 `[block]` rows (one env per thread, consecutive envs in consecutive threads) they are the
-coalesced ones. So `install()` wraps the compile that Pallas calls: a kernel whose name is in
-`NAMES` goes through the `triton` package's NVIDIA backend with the coalesce pass left out,
-every other kernel to jaxlib's Triton unchanged. jaxlib then loads the PTX as it does its own.
-The `triton` package (the one PyTorch's CUDA wheels bring) must be importable on the GPU host.
+coalesced ones. Pallas (jax 0.10 and 0.11) lowers a kernel to a `__gpu$xla.gpu.triton` custom call
+that XLA compiles; `install()` wraps Pallas' GPU lowering rule so that the call of a kernel named
+`NAME` is rewritten, at lowering time, into jaxlib's `triton_kernel_call_ffi` (the launcher
+jax-triton uses) with PTX from `compile_to_ptx`: the `triton` package's NVIDIA pipeline with the
+coalesce pass left out. Every other kernel is left to XLA. The `triton` package (the one PyTorch's
+CUDA wheels bring) must be importable on the GPU host.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 import threading
+import zlib
 
-NAMES = (b"fused_quadrotor_rollout",)
+NAME = "fused_quadrotor_rollout"
 _lock = threading.Lock()
-
-
-@dataclasses.dataclass(frozen=True)
-class CompilationResult:
-    """What jaxlib's Pallas lowering reads of a compiled kernel."""
-
-    asm: str
-    smem_bytes: int
-    hsaco_path: str = ""
-    cluster_dim_x: int = 1
-    cluster_dim_y: int = 1
-    cluster_dim_z: int = 1
 
 
 def _as_text(module: bytes) -> str:
@@ -89,52 +79,67 @@ def compile_to_ptx(
     return mod, metadata["shared"]
 
 
+def _capability() -> int:
+    """Compute capability of the first CUDA device, e.g. 90 for an H100 or H200."""
+    import jax
+
+    return int(jax.devices("cuda")[0].compute_capability.replace(".", ""))
+
+
+def _reroute(op, gpu_triton) -> None:
+    """Turns Pallas' `__gpu$xla.gpu.triton` custom call `op` into a `triton_kernel_call_ffi`
+    one running PTX from `compile_to_ptx` (the operands, results, layouts and aliases kept)."""
+    from jax._src.lib.mlir import ir
+
+    config = op.attributes["mhlo.backend_config"]
+    num_warps, num_stages = config["num_warps"].value, config["num_stages"].value
+    grid = [config[f"grid_{axis}"].value for axis in "xyz"]
+    capability = _capability()
+    ptx, smem = compile_to_ptx(config["ir"].value_bytes, capability, num_warps, 1, num_stages)
+    kernel = gpu_triton.TritonKernel(NAME, num_warps, 1, smem, ptx, "", capability)
+    params = [gpu_triton.create_array_parameter(0, 16)] * (len(op.operands) + len(op.results))
+    call = gpu_triton.TritonKernelCall(kernel, *grid, params)
+    opaque = zlib.compress(call.to_proto(NAME, b""))
+    op.attributes["call_target_name"] = ir.StringAttr.get("triton_kernel_call_ffi")
+    op.attributes["mhlo.backend_config"] = ir.DictAttr.get(
+        {"name": ir.StringAttr.get(NAME), "opaque": ir.StringAttr.get(opaque)}
+    )
+
+
 def install() -> None:
-    """Wraps the Triton compile that Pallas calls (`jax._src.lib.triton.compile`, once): a
-    CUDA kernel named in `NAMES` goes through `compile_to_ptx`, any other to jaxlib. Raises
-    RuntimeError naming what is missing: the `triton` package, or that compile in jaxlib."""
+    """Wraps Pallas' GPU lowering rule (once): the custom call of a kernel named `NAME` runs PTX
+    from `compile_to_ptx` through jaxlib's Triton launcher, any other kernel is left to XLA.
+    Raises RuntimeError naming what is missing: the `triton` package, or jaxlib's CUDA plugin
+    (its Triton launcher)."""
     try:
         import triton  # noqa: F401
     except ImportError as e:
         raise RuntimeError(
             "the fused rollout compiles through the `triton` package (pip install "
-            "triton==3.6.0; PyTorch's CUDA wheels bring it): jaxlib's own Triton does not "
+            "triton==3.6.0; PyTorch's CUDA wheels bring it): XLA's own Triton does not "
             "finish compiling the kernel"
         ) from e
-    from jax._src.lib import triton as jt
+    from jax._src.lib import gpu_triton
 
-    inner = getattr(jt, "compile", None)
-    if inner is None:
-        raise RuntimeError("this jaxlib has no jax._src.lib.triton.compile to route the kernel")
+    if not hasattr(gpu_triton, "TritonKernelCall"):
+        raise RuntimeError(
+            "the fused rollout launches through jaxlib's Triton kernel call, which comes with "
+            "its CUDA plugin (the `cuda` extra: jax[cuda13]); none is installed"
+        )
+    from jax._src.pallas import core as pallas_core
+    from jax._src.pallas.triton import core as triton_core
+    from jax._src.pallas.triton import pallas_call_registration  # noqa: F401  (registers the rule)
+
+    inner = pallas_core.get_lowering_rule(triton_core.CompilerParams, "gpu")
     if getattr(inner, "_hoverfly", False):
         return
 
-    def compile(platform, module, arch_name, *, num_warps, num_ctas, num_stages):
-        if platform.upper() != "CUDA" or not any(name in module for name in NAMES):
-            return inner(
-                platform,
-                module,
-                arch_name,
-                num_warps=num_warps,
-                num_ctas=num_ctas,
-                num_stages=num_stages,
-            )
-        capability = int(arch_name.replace(".", ""))
-        ptx, smem = compile_to_ptx(module, capability, num_warps, num_ctas, num_stages)
-        return CompilationResult(asm=ptx, smem_bytes=smem)
+    def rule(ctx, *in_nodes, **params):
+        results = inner(ctx, *in_nodes, **params)
+        op = results[0].owner
+        if op.attributes["mhlo.backend_config"]["name"].value == NAME:
+            _reroute(op, gpu_triton)
+        return results
 
-    compile._hoverfly = True
-    jt.compile = compile
-
-
-def require_gpu_path() -> None:
-    """`install()` where Pallas will call it: jaxlib ≤ 0.10.2 hands the kernel's IR to XLA's own
-    Triton instead (a custom call compiled by XLA), which this cannot route."""
-    from jax._src.lib import version as jaxlib_version
-
-    if jaxlib_version <= (0, 10, 2):
-        raise RuntimeError(
-            f"the fused rollout needs jaxlib > 0.10.2 on the GPU (found {jaxlib_version}): older "
-            "ones compile Pallas kernels inside XLA, whose Triton does not finish this one"
-        )
-    install()
+    rule._hoverfly = True
+    pallas_core.register_lowering_rule(triton_core.CompilerParams, rule, "gpu")

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltr
 
 from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
 from sim import ObservationSubset, make_env, wrap_for_training
@@ -95,8 +98,8 @@ def test_fused_rollout_lowers_to_a_triton_kernel():
     assert "fused_quadrotor_rollout" in text
 
 
-def _triton_module(lowered) -> bytes:
-    """The Triton IR (jaxlib bytecode) of the one Pallas kernel in a program lowered for CUDA."""
+def _custom_calls(lowered) -> list:
+    """The `stablehlo.custom_call` ops of a lowered program that carry a backend config."""
     calls = []
 
     def walk(op):
@@ -108,38 +111,75 @@ def _triton_module(lowered) -> bytes:
                     walk(o.operation)
 
     walk(lowered.compiler_ir("stablehlo").operation)
-    (call,) = [c for c in calls if "mhlo.backend_config" in c.attributes]
+    return [c for c in calls if "mhlo.backend_config" in c.attributes]
+
+
+def _triton_module(lowered) -> bytes:
+    """The Triton IR (jaxlib bytecode) of the one Pallas kernel in a program lowered for CUDA."""
+    (call,) = _custom_calls(lowered)
     return call.attributes["mhlo.backend_config"]["ir"].value_bytes
 
 
 @pytest.mark.slow
 def test_fused_kernel_compiles_to_ptx_without_the_coalesce_pass():
-    """What Pallas does with the kernel on a GPU, here without one: `jax._src.lib.triton.compile`,
-    wrapped by `fused_compile.install()`, takes it through the `triton` package's pipeline to
-    PTX (~15 s; jaxlib's pipeline, with coalesce, did not finish in 8 min)."""
+    """The kernel's Triton IR through the `triton` package's pipeline without coalesce, to PTX
+    for an H100/H200 (~15 s; XLA's Triton, with coalesce, did not finish in 8 min)."""
     pytest.importorskip("triton")
-    from jax._src.lib import triton as jt
-
     env, state, ac, params = _setup("quadrotor-hover", QuadrotorConfig(), True, 500)
     lowered = jax.jit(make_fused_rollout(env, steps=10)).trace(
         state, DenseActor.from_params(params)
     )
     module = _triton_module(lowered.lower(lowering_platforms=("cuda",)))
+    ptx, smem = fused_compile.compile_to_ptx(module, 90, num_warps=4)
+    assert ".entry fused_quadrotor_rollout(" in ptx and ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx  # the hidden layers on the tensor cores
+    assert smem > 0
+
+
+def _add_one(name: str):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((128,), jnp.float32),
+        name=name,
+        compiler_params=pltr.CompilerParams(num_warps=4, num_stages=1),
+    )
+
+
+def test_install_routes_the_named_kernel_through_jaxlibs_triton_launcher(monkeypatch):
+    """After `install()`, lowering for CUDA turns the call of a kernel named `NAME` into jaxlib's
+    `triton_kernel_call_ffi` with the PTX of `compile_to_ptx` (here a small kernel of that name);
+    other kernels stay XLA's Triton custom calls."""
+    pytest.importorskip("triton")
+    from jax._src.lib import gpu_triton
+
+    if not hasattr(gpu_triton, "TritonKernelCall"):
+        pytest.skip("needs jaxlib's CUDA plugin (pip install jax-cuda12-plugin, no GPU needed)")
+    from jax._src.pallas import core as pallas_core
+    from jax._src.pallas.triton import core as triton_core
+    from jax._src.pallas.triton import pallas_call_registration  # noqa: F401  (registers the rule)
+
+    rules = pallas_core._backend_lowering_rules
+    monkeypatch.setitem(rules, triton_core.CompilerParams, rules[triton_core.CompilerParams])
+    monkeypatch.setattr(fused_compile, "_capability", lambda: 90)
     fused_compile.install()
-    fused_compile.install()  # once: a second call keeps the wrapped compile
-    result = jt.compile("cuda", module, "9.0", num_warps=4, num_ctas=1, num_stages=1)
-    assert ".entry fused_quadrotor_rollout(" in result.asm and ".target sm_90a" in result.asm
-    assert "wgmma.mma_async" in result.asm  # the hidden layers on the tensor cores
-    assert result.smem_bytes > 0
-    assert jt.compile._hoverfly
+    fused_compile.install()  # once: a second call keeps the wrapped rule
+    x = jnp.zeros((128,), jnp.float32)
+    (call,) = _custom_calls(
+        jax.jit(_add_one(fused_compile.NAME)).trace(x).lower(lowering_platforms=("cuda",))
+    )
+    assert call.attributes["call_target_name"].value == "triton_kernel_call_ffi"
+    opaque = zlib.decompress(call.attributes["mhlo.backend_config"]["opaque"].value_bytes)
+    assert b".entry fused_quadrotor_rollout(" in opaque and b".target sm_90a" in opaque
+    (other,) = _custom_calls(
+        jax.jit(_add_one("other")).trace(x).lower(lowering_platforms=("cuda",))
+    )
+    assert other.attributes["call_target_name"].value == "__gpu$xla.gpu.triton"
 
 
-def test_the_gpu_path_names_what_it_lacks(monkeypatch):
-    import jax._src.lib as jax_lib
-
-    monkeypatch.setattr(jax_lib, "version", (0, 10, 2))
-    with pytest.raises(RuntimeError, match=r"needs jaxlib > 0.10.2 on the GPU \(found"):
-        fused_compile.require_gpu_path()
+def test_install_names_what_it_lacks(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` fails
     with pytest.raises(RuntimeError, match="compiles through the `triton` package"):
         fused_compile.install()
