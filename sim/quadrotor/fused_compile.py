@@ -1,12 +1,12 @@
 """Compiles the fused rollout's Triton kernel with Triton's own compiler, without its coalesce pass.
 
 XLA compiles a Pallas kernel's Triton IR with its own Triton, whose pass pipeline starts with
-TritonGPU's *coalesce* pass. For every load and
-store it collects the connected slice of the kernel around it (`multiRootGetSlice`, which takes
-the backward and forward slice of every op in the slice again): quadratic in the kernel's size
-per memory op. The fused rollout has ~280 memory ops before, inside and after one loop of
-~20 k ops, so the pass alone ran for over 8 minutes and was never seen to finish (README,
-"Fused rollout"). Without it the whole pipeline to PTX takes ~12 s on two CPU cores.
+TritonGPU's *coalesce* pass. For every load and store it collects the connected slice of the
+kernel around it (`multiRootGetSlice`, which takes the backward and forward slice of every op in
+the slice again): quadratic in the kernel's size per memory op. The fused rollout has ~280
+memory ops before, inside and after one loop of ~20 k ops, so the pass alone ran for over 8
+minutes and was never seen to finish (README, "Fused rollout"). Without it the whole pipeline to
+PTX takes ~12 s on two CPU cores.
 
 Coalesce only picks the layout of each load and store (how many contiguous elements a thread
 moves); the layouts the kernel starts with are already valid, and for the fused kernel's

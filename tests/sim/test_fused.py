@@ -152,11 +152,6 @@ def test_install_routes_the_named_kernel_through_jaxlibs_triton_launcher(monkeyp
     """After `install()`, lowering for CUDA turns the call of a kernel named `NAME` into jaxlib's
     `triton_kernel_call_ffi` with the PTX of `compile_to_ptx` (here a small kernel of that name);
     other kernels stay XLA's Triton custom calls."""
-    pytest.importorskip("triton")
-    from jax._src.lib import gpu_triton
-
-    if not hasattr(gpu_triton, "TritonKernelCall"):
-        pytest.skip("needs jaxlib's CUDA plugin (pip install jax-cuda12-plugin, no GPU needed)")
     from jax._src.pallas import core as pallas_core
     from jax._src.pallas.triton import core as triton_core
     from jax._src.pallas.triton import pallas_call_registration  # noqa: F401  (registers the rule)
@@ -164,7 +159,10 @@ def test_install_routes_the_named_kernel_through_jaxlibs_triton_launcher(monkeyp
     rules = pallas_core._backend_lowering_rules
     monkeypatch.setitem(rules, triton_core.CompilerParams, rules[triton_core.CompilerParams])
     monkeypatch.setattr(fused_compile, "_capability", lambda: 90)
-    fused_compile.install()
+    try:
+        fused_compile.install()
+    except RuntimeError as e:  # no `triton`, or no jaxlib CUDA plugin (it imports without a GPU)
+        pytest.skip(str(e))
     fused_compile.install()  # once: a second call keeps the wrapped rule
     x = jnp.zeros((128,), jnp.float32)
     (call,) = _custom_calls(
