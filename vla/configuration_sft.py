@@ -46,6 +46,10 @@ class SFTConfig:
     """AdamW β2."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
+    ema_decay: float = 0.0
+    """Exponential moving average of the weights, updated after every optimizer step
+    (p̄ ← d · p̄ + (1 − d) · p, as openpi trains π0): evaluations and the checkpoints' model are
+    the average, the trained weights go to train_state.pt. 0: off."""
     seed: int = 0
     """Seeds the initialization, the batch order and the flow noise."""
     action_representation: Literal["absolute", "delta"] = "absolute"
@@ -95,6 +99,7 @@ class SFTConfig:
             ("min_lr_ratio", 0 <= self.min_lr_ratio <= 1),
             ("beta1", 0 <= self.beta1 < 1),
             ("beta2", 0 <= self.beta2 < 1),
+            ("ema_decay", 0 <= self.ema_decay < 1),
         ):
             if not ok or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"SFTConfig.{name}: {getattr(self, name)!r} out of range")

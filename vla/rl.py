@@ -91,6 +91,7 @@ from vla.sft import (
     _refuse_changed_config,
     _render,
     _truncate_csv,
+    update_ema,
 )
 
 __all__ = [
@@ -694,10 +695,7 @@ class _Run:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
-        if self.ema is not None:
-            with torch.no_grad():
-                for avg, p in zip(self.ema.parameters(), self.model.parameters(), strict=True):
-                    avg.lerp_(p, 1.0 - self.cfg.ema_decay)
+        update_ema(self.ema, self.model, self.cfg.ema_decay)
 
 
 def train_rl(

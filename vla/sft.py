@@ -8,7 +8,9 @@ Run folder written by `train_sft(cfg)`::
     <out>/eval.csv                      step, success_rate, ... (when eval_every > 0)
     <out>/checkpoints/step_<NNNNNNNN>/  vla.checkpoint folders (config, weights, processor with
                                         its norm stats, train_state.pt: optimizer, scheduler,
-                                        step, torch / numpy RNG states, dataset info)
+                                        step, torch / numpy RNG states, dataset info; with
+                                        `ema_decay` the folder's model is the moving average
+                                        and train_state.pt holds the trained weights)
 
 A rerun with the same `out` resumes from the newest checkpoint (bitwise the same losses as an
 uninterrupted run on CPU); fields that change the training (everything but `_RESUMABLE`) must
@@ -25,6 +27,7 @@ in the chosen representation) and saved in every checkpoint's processor.json.
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import functools
@@ -298,6 +301,8 @@ class _Run:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     batch_rng: np.random.Generator
     noise_gen: torch.Generator
+    ema: HoverflyVLA | None = None
+    """The weights' moving average (`SFTConfig.ema_decay` > 0), or None."""
     step: int = 0
 
     @classmethod
@@ -326,6 +331,7 @@ class _Run:
             model = HoverflyVLA(mcfg, generator=init_gen).to(device)
             processor = HoverflyVLAProcessor(mcfg, stats)
         model.train()
+        ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
         optimizer = _optimizer(cfg, model)
         return cls(
             cfg,
@@ -339,7 +345,13 @@ class _Run:
             torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(cfg)),
             np.random.default_rng(ss[1]),
             torch.Generator(device).manual_seed(int(ss[2].generate_state(1)[0])),
+            ema,
         )
+
+    @property
+    def policy(self) -> HoverflyVLA:
+        """What is evaluated and checkpointed: the moving average if there is one."""
+        return self.model if self.ema is None else self.ema
 
     def save(self) -> Path:
         """Checkpoint of the current step (atomic), older ones pruned."""
@@ -353,8 +365,10 @@ class _Run:
             "sft_config": json.dumps(self.record),
             "env_info": json.dumps(self.env_info),
         }
+        if self.ema is not None:
+            state["trained"] = self.model.state_dict()
         path = self.out / "checkpoints" / f"step_{self.step:08d}"
-        save_checkpoint(path, self.model, self.processor, state)
+        save_checkpoint(path, self.policy, self.processor, state)
         prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         return path
 
@@ -369,7 +383,11 @@ class _Run:
                 f"{path}: processor.json: norm stats / tokenizer differ from the ones the dataset "
                 f"{self.cfg.data} gives now"
             )
-        self.model.load_state_dict(loaded.state_dict())
+        self.policy.load_state_dict(loaded.state_dict())
+        if self.ema is not None:
+            if "trained" not in state:
+                raise ValueError(f"{path}: train_state.pt holds no trained weights for the EMA run")
+            self.model.load_state_dict(state["trained"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
@@ -392,19 +410,29 @@ class _Run:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        update_ema(self.ema, self.model, cfg.ema_decay)
         self.scheduler.step()
         self.step += 1
         return {"loss": float(loss.detach()), "lr": lr, "grad_norm": float(grad_norm)}
 
     def evaluate(self) -> None:
-        """Closed-loop evaluation of the current model, appended to eval.csv."""
+        """Closed-loop evaluation of the current policy, appended to eval.csv."""
         self.model.eval()
         result = _evaluate(
-            self.model, self.processor, self.env_info, self.cfg.eval_episodes, self.cfg.seed
+            self.policy, self.processor, self.env_info, self.cfg.eval_episodes, self.cfg.seed
         )
         self.model.train()
         row = {"step": self.step} | {k: result[k] for k in _EVAL_COLUMNS}
         _append_csv(self.out / "eval.csv", ("step", *_EVAL_COLUMNS), row)
+
+
+def update_ema(avg: HoverflyVLA | None, model: HoverflyVLA, decay: float) -> None:
+    """p̄ ← decay · p̄ + (1 − decay) · p for every parameter of `avg` (nothing when None)."""
+    if avg is None:
+        return
+    with torch.no_grad():
+        for a, p in zip(avg.parameters(), model.parameters(), strict=True):
+            a.lerp_(p, 1.0 - decay)
 
 
 def train_sft(

@@ -195,6 +195,42 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(data, tmp_path):
         train_sft(_cfg(data, tmp_path / "moved", steps=9), progress=False)
 
 
+def test_ema_checkpoints_the_average_and_resumes_after_a_kill(data, tmp_path):
+    d = 0.5
+    base = train_sft(_cfg(data, tmp_path / "base", steps=1), progress=False)
+    start = load_checkpoint(base)[0].state_dict()
+    kw = {"init": str(base), "steps": 1}
+    plain = load_checkpoint(train_sft(_cfg(data, tmp_path / "plain", **kw), progress=False))[0]
+    ema = train_sft(_cfg(data, tmp_path / "ema1", ema_decay=d, **kw), progress=False)
+    trained, avg = load_train_state(ema)["trained"], load_checkpoint(ema)[0].state_dict()
+    moved = 0
+    for name, p1 in plain.named_parameters():  # one step from p0: p̄ = p0 + (1 − d)(p1 − p0)
+        assert torch.equal(trained[name], p1), name
+        torch.testing.assert_close(avg[name], start[name] + (1 - d) * (p1 - start[name]))
+        moved += not torch.equal(p1, start[name])
+    assert moved > 10
+
+    def kill(step, _):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    train_sft(_cfg(data, tmp_path / "full", ema_decay=d), progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(_cfg(data, tmp_path / "killed", ema_decay=d), progress=False, callback=kill)
+    train_sft(_cfg(data, tmp_path / "killed", ema_decay=d), progress=False)
+    assert _losses(tmp_path / "killed") == _losses(tmp_path / "full")
+    a, b = (latest_checkpoint(tmp_path / r) for r in ("full", "killed"))
+    for weights in (
+        lambda c: load_checkpoint(c)[0].state_dict(),
+        lambda c: load_train_state(c)["trained"],
+    ):
+        wa, wb = weights(a), weights(b)  # the average and the trained weights, bitwise
+        for name, v in wa.items():
+            assert torch.equal(v, wb[name]), name
+    with pytest.raises(ValueError, match="ema_decay"):
+        _cfg(data, tmp_path / "bad", ema_decay=1.0).validate()
+
+
 def test_dataset_errors(data, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(data, bad)
