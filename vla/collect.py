@@ -130,20 +130,12 @@ class CollectConfig:
     its frozen VLA plus its trained residual (`vla.residual.make_expert_rollout`), so that a VLA
     learns what RL made of it (distillation of an RL policy into the generalist: Xu et al.,
     "RLDG", 2024). The run's arm settings must be the ones this config gives."""
-    expert_noise: float = 0.0
-    """DART (Laskey et al., 2017): std of Gaussian noise on the Cartesian components of the
-    command the arm executes (`perturb_command`; the gripper's is left alone), while the recorded
-    action stays the expert's own, so the demonstrations show the expert recovering from the
-    states an imperfect imitator drifts into. The noise of step t of an episode is drawn from its
-    `reset_seed` (replays are exact). 0: off."""
 
     def validate(self) -> None:
         if self.task != "arm-pick-place":
             raise ValueError(f"the scripted expert picks and places; task {self.task!r}")
         if self.episodes < 1 or self.batch_size < 1 or self.max_steps < 1 or self.hold_steps < 0:
             raise ValueError("episodes, batch_size, max_steps must be ≥ 1 and hold_steps ≥ 0")
-        if not 0 <= self.expert_noise < float("inf"):
-            raise ValueError(f"expert_noise: must be a finite std ≥ 0, got {self.expert_noise!r}")
         unknown = [c for c in self.colours if c not in COLOURS]
         if unknown or not self.colours:
             raise ValueError(f"unknown colours {unknown or self.colours}; known: {list(COLOURS)}")
@@ -188,42 +180,21 @@ def instruction(colour: str, region: str) -> str:
     return f"pick up the {colour} cube and place it on the {region} target"
 
 
-def perturb_command(action: jax.Array, key: jax.Array, std: float) -> jax.Array:
-    """DART's executed command: `action` [4] + N(0, std²) on the Cartesian components (the
-    absolute gripper command unchanged), clipped to [-1, 1]."""
-    noise = std * jax.random.normal(key, action.shape)
-    return jnp.clip(action + noise.at[-1].set(0.0), -1.0, 1.0)
-
-
-def noise_keys(seeds: jax.Array, t: jax.Array) -> jax.Array:
-    """The DART noise keys [B] of step `t` of the episodes of `reset_seeds` [B] (a stream apart
-    from the resets': `fold_in(fold_in(key(seed), 1), t)`)."""
-    return jax.vmap(lambda s: jax.random.fold_in(jax.random.fold_in(jax.random.key(s), 1), t))(
-        seeds
-    )
-
-
 def make_rollout(env: Env, max_steps: int):
-    """rollout(reset_seeds [B] uint32, noise_std=0.0) -> trajectories of the scripted expert
-    (host-side use): obs [T, B, O] and qpos [T, B, nq], mocap_pos [T, B, nmocap, 3] before action
-    t; action [T, B, 4] (the expert's; with `noise_std` > 0, a traced scalar, the arm executes
-    `perturb_command` of it);
-    reward, success, done [T, B] after it; cube_half_size [B] (m), goal [B, 3] (m).
+    """rollout(reset_seeds [B] uint32) -> trajectories of the scripted expert (host-side use):
+    obs [T, B, O] and qpos [T, B, nq], mocap_pos [T, B, nmocap, 3] before action t; action
+    [T, B, 4]; reward, success, done [T, B] after it; cube_half_size [B] (m), goal [B, 3] (m).
     Pure; jit it at the edge with `compiler_options=env.compiler_options`."""
     base = make_scripted_base(env.unwrapped)
 
-    def rollout(seeds: jax.Array, noise_std: jax.Array | float = 0.0) -> dict[str, jax.Array]:
+    def rollout(seeds: jax.Array) -> dict[str, jax.Array]:
         state = jax.vmap(env.reset)(jax.vmap(jax.random.key)(seeds))
         carry = jax.vmap(lambda _: base.init())(seeds)
 
-        def step(c, t):
+        def step(c, _):
             state, carry = c
             action, carry = jax.vmap(base.apply)(state.obs["state"], carry)
-            noisy = jax.vmap(perturb_command, (0, 0, None))(
-                jnp.clip(action, -1.0, 1.0), noise_keys(seeds, t), noise_std
-            )
-            executed = jnp.where(noise_std > 0, noisy, action)
-            nstate = jax.vmap(env.step)(state, executed)
+            nstate = jax.vmap(env.step)(state, action)
             px = state.data.physics
             out = {
                 "obs": state.obs["state"],
@@ -236,7 +207,7 @@ def make_rollout(env: Env, max_steps: int):
             }
             return (nstate, carry), out
 
-        _, traj = jax.lax.scan(step, (state, carry), jnp.arange(max_steps))
+        _, traj = jax.lax.scan(step, (state, carry), None, max_steps)
         data = state.data
         return traj | {"cube_half_size": data.params.cube_half_size, "goal": data.goal}
 
@@ -330,9 +301,7 @@ def _compiled_rollout(config: CollectConfig, options: tuple) -> tuple[Env, Any]:
     """(env, jitted rollout of the config's expert), one per setting in a process, so repeated
     collects reuse the compiled executable (~30–60 s to compile on a 2-core CPU)."""
     expert = config.expert if config.expert == "scripted" else str(Path(config.expert).resolve())
-    env, run = _compiled(config.randomize, config.max_steps, config.goals, expert, options)
-    noise = jnp.float32(config.expert_noise)
-    return env, lambda seeds: run(seeds, noise)
+    return _compiled(config.randomize, config.max_steps, config.goals, expert, options)
 
 
 @functools.cache

@@ -329,14 +329,10 @@ def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env
     `CollectConfig.expert`): the frozen VLA plus the trained residual (deterministic), in the run's
     env without the training augmentation, as `evaluate_vla_residual` scores them.
 
-    rollout(reset_seeds [B] uint32, noise_std=0.0) follows `vla.collect.make_rollout`: obs
-    [T, B, O] (the arm's actor observation), qpos, mocap_pos before action t; action [T, B, A]
-    (the expert's command: base + scaled correction, clipped; with `noise_std` > 0 the arm executes
-    `vla.collect.perturb_command` of it, as far as the residual's range reaches); reward, success,
-    done after it; cube_half_size [B], goal [B, 3]. Pure; jit it at the edge. ValueError for a
-    run whose base is not a VLA."""
-    from vla.collect import noise_keys, perturb_command
-
+    rollout(reset_seeds [B] uint32) follows `vla.collect.make_rollout`: obs [T, B, O] (the arm's
+    actor observation), qpos, mocap_pos before action t; action [T, B, A] (the command the arm
+    got: base + scaled correction, clipped); reward, success, done after it; cube_half_size [B],
+    goal [B, 3]. Pure; jit it at the edge. ValueError for a run whose base is not a VLA."""
     run = load_run(Path(run_dir))
     cfg = run.config
     if cfg.residual.base != "vla":
@@ -348,33 +344,25 @@ def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env
     policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)
     key = jax.random.key(0)  # unused: the deterministic policy is the mean
 
-    def expert_rollout(
-        seeds: jax.Array, noise_std: jax.Array | float = 0.0
-    ) -> dict[str, jax.Array]:
+    def expert_rollout(seeds: jax.Array) -> dict[str, jax.Array]:
         state = jax.vmap(env.reset)(jax.vmap(jax.random.key)(seeds))
 
-        def step(state: State, t: jax.Array):
+        def step(state: State, _):
             correction, _ = policy(state.obs["state"], key)
-            command = jax.vmap(env.applied_action)(state, correction)
-            noisy = jax.vmap(perturb_command, (0, 0, None))(
-                command, noise_keys(seeds, t), noise_std
-            )
-            noisy = jax.vmap(env.correction_for)(state, noisy)
-            executed = jnp.where(noise_std > 0, noisy, correction)
-            nstate = jax.vmap(env.step)(state, executed)
+            nstate = jax.vmap(env.step)(state, correction)
             px = state.data.physics
             out = {
                 "obs": state.info["inner_obs"]["state"],
                 "qpos": px.qpos,
                 "mocap_pos": px.mocap_pos,
-                "action": command,
+                "action": jax.vmap(env.applied_action)(state, correction),
                 "reward": nstate.reward,
                 "success": nstate.metrics["success"],
                 "done": nstate.done,
             }
             return nstate, out
 
-        _, traj = jax.lax.scan(step, state, jnp.arange(max_steps))
+        _, traj = jax.lax.scan(step, state, None, max_steps)
         return traj | {"cube_half_size": state.data.params.cube_half_size, "goal": state.data.goal}
 
     return env, expert_rollout

@@ -151,12 +151,6 @@ class ResidualWrapper(Wrapper):
         s = self._scale(state)
         return jnp.clip(state.info["base_action"] + s * jnp.clip(action, -1.0, 1.0), -1.0, 1.0)
 
-    def correction_for(self, state: State, command: jax.Array) -> jax.Array:
-        """The action [A] whose `applied_action` comes closest to `command` [A] (exactly where the
-        residual's range reaches it)."""
-        s = self._scale(state)
-        return jnp.clip((command - state.info["base_action"]) / jnp.maximum(s, 1e-12), -1.0, 1.0)
-
     def step(self, state: State, action: jax.Array) -> State:
         info = state.info
         base_action = info["base_action"]

@@ -3,15 +3,12 @@ The module reads the session's small demonstration dataset (`demo_dataset`: the 
 once, ~30–60 s on 2 CPU cores; a second collect with the same batch size reuses it)."""
 
 import collections
-import dataclasses
 import json
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim.manipulator import make_scripted_base, obs_fields
+from sim.manipulator import obs_fields
 from vla.collect import (
     COLOURS,
     FAST_COMPILE,
@@ -23,9 +20,7 @@ from vla.collect import (
     episode_length,
     goal_region,
     instruction,
-    make_collect_env,
     make_test_dataset,
-    perturb_command,
     rollout_episodes,
 )
 from vla.dataset import LeRobotDataset
@@ -120,33 +115,6 @@ def test_episode_replays_from_its_reset_seed(dataset):
     )
     np.testing.assert_allclose(traj["action"][: e.length, 0], ep["action"], atol=1e-5)
     np.testing.assert_array_equal(traj["success"][e.length - 1, 0] > 0, True)
-
-
-def test_expert_noise_moves_the_arm_not_the_labels(dataset):
-    """DART: the arm executes the perturbed command, the recorded action is the expert's own at
-    the (perturbed) states, and an episode's noise replays from its reset seed."""
-    clean = CollectConfig(**{**dataset.info["hoverfly"]["collect"], "image_size": SIZE})
-    noisy = dataclasses.replace(clean, expert_noise=0.3)
-    seed = [dataset.episodes[0].metadata["reset_seed"]]
-    a = rollout_episodes(clean, seed, FAST_COMPILE)  # the fixture's compiled rollout, reused
-    b = rollout_episodes(noisy, seed, FAST_COMPILE)
-    np.testing.assert_array_equal(a["obs"][0], b["obs"][0])
-    assert np.abs(a["obs"][20:] - b["obs"][20:]).max() > 1e-3  # the noise moved the arm
-    env = make_collect_env(noisy)
-    base = make_scripted_base(env.unwrapped)
-    apply, carry = jax.jit(base.apply), base.init()
-    for t in range(60):  # the labels are the scripted expert's actions at the visited states
-        action, carry = apply(jnp.asarray(b["obs"][t, 0]), carry)
-        np.testing.assert_allclose(b["action"][t, 0], np.clip(action, -1, 1), atol=1e-5)
-    again = rollout_episodes(noisy, seed, FAST_COMPILE)
-    np.testing.assert_array_equal(again["obs"], b["obs"])
-    key = jax.random.key(0)
-    cmd = jnp.array([0.2, -0.3, 0.99, 1.0])
-    moved = perturb_command(cmd, key, 0.5)
-    assert float(moved[3]) == 1.0 and np.all(np.abs(moved) <= 1.0)  # gripper kept, clipped
-    assert not np.allclose(moved[:3], cmd[:3])
-    with pytest.raises(ValueError, match="expert_noise"):
-        CollectConfig(expert_noise=-0.1).validate()
 
 
 def test_keep_failures_and_overwrite(dataset, tmp_path):
