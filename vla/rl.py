@@ -91,6 +91,9 @@ from vla.sft import (
     _refuse_changed_config,
     _render,
     _truncate_csv,
+    make_ema,
+    restore_weights,
+    trained_weights,
     update_ema,
 )
 
@@ -467,10 +470,7 @@ class _Run:
             from vla.dataset import LeRobotDataset
 
             anchor = _load_frames(LeRobotDataset(cfg.sft_data), model.config, device)
-        ema = None
-        if cfg.ema_decay > 0:
-            ema, _ = load_checkpoint(init, device)
-            ema.eval().requires_grad_(False)
+        ema = make_ema(model, cfg.ema_decay)
         optimizer = _optimizer(cfg, model)
         replay = rft.Replay(model.config.cameras, device)
         run = (cfg, out, record, env_info, model, reference, processor, optimizer, anchor, replay)
@@ -487,9 +487,7 @@ class _Run:
             "optimizer": self.optimizer.state_dict(),
             "rl_config": json.dumps(self.record),
             "env_info": json.dumps(self.env_info),
-        }
-        if self.ema is not None:
-            state["trained"] = self.model.state_dict()
+        } | trained_weights(self.ema, self.model)
         path = self.out / "checkpoints" / f"iter_{self.iteration:06d}"
         save_checkpoint(path, self.policy, self.processor, state)
         prune_checkpoints(self.out, self.cfg.keep_checkpoints)
@@ -500,11 +498,7 @@ class _Run:
         if state is None:
             raise ValueError(f"{path}: no train_state.pt to resume from")
         loaded, _ = load_checkpoint(path, self.model.patch_pos.device)
-        self.policy.load_state_dict(loaded.state_dict())
-        if self.ema is not None:
-            if "trained" not in state:
-                raise ValueError(f"{path}: train_state.pt holds no trained weights for the EMA run")
-            self.model.load_state_dict(state["trained"])
+        restore_weights(self.model, self.ema, loaded, state, path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.iteration = int(state["iteration"])
         if self.cfg.algo == "rft":

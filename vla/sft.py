@@ -331,7 +331,7 @@ class _Run:
             model = HoverflyVLA(mcfg, generator=init_gen).to(device)
             processor = HoverflyVLAProcessor(mcfg, stats)
         model.train()
-        ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
+        ema = make_ema(model, cfg.ema_decay)
         optimizer = _optimizer(cfg, model)
         return cls(
             cfg,
@@ -364,9 +364,7 @@ class _Run:
             "numpy_rng": json.dumps(self.batch_rng.bit_generator.state),
             "sft_config": json.dumps(self.record),
             "env_info": json.dumps(self.env_info),
-        }
-        if self.ema is not None:
-            state["trained"] = self.model.state_dict()
+        } | trained_weights(self.ema, self.model)
         path = self.out / "checkpoints" / f"step_{self.step:08d}"
         save_checkpoint(path, self.policy, self.processor, state)
         prune_checkpoints(self.out, self.cfg.keep_checkpoints)
@@ -383,11 +381,7 @@ class _Run:
                 f"{path}: processor.json: norm stats / tokenizer differ from the ones the dataset "
                 f"{self.cfg.data} gives now"
             )
-        self.policy.load_state_dict(loaded.state_dict())
-        if self.ema is not None:
-            if "trained" not in state:
-                raise ValueError(f"{path}: train_state.pt holds no trained weights for the EMA run")
-            self.model.load_state_dict(state["trained"])
+        restore_weights(self.model, self.ema, loaded, state, path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
@@ -424,6 +418,31 @@ class _Run:
         self.model.train()
         row = {"step": self.step} | {k: result[k] for k in _EVAL_COLUMNS}
         _append_csv(self.out / "eval.csv", ("step", *_EVAL_COLUMNS), row)
+
+
+# -- moving average of the weights (SFT and RL) ---------------------------------------------------
+def make_ema(model: HoverflyVLA, decay: float) -> HoverflyVLA | None:
+    """A frozen copy of `model` to average into (`decay` > 0), else None."""
+    return copy.deepcopy(model).eval().requires_grad_(False) if decay > 0 else None
+
+
+def trained_weights(ema: HoverflyVLA | None, model: HoverflyVLA) -> dict[str, Any]:
+    """The train_state.pt entry of a run whose checkpoints hold the average: the trained weights."""
+    return {} if ema is None else {"trained": model.state_dict()}
+
+
+def restore_weights(
+    model: HoverflyVLA, ema: HoverflyVLA | None, loaded: HoverflyVLA, state: dict, path: Path
+) -> None:
+    """Loads a checkpoint saved with `trained_weights`: its model into the average (or into
+    `model` without one), the trained weights of train_state.pt into `model`."""
+    if ema is None:
+        model.load_state_dict(loaded.state_dict())
+        return
+    if "trained" not in state:
+        raise ValueError(f"{path}: train_state.pt holds no trained weights for the EMA run")
+    ema.load_state_dict(loaded.state_dict())
+    model.load_state_dict(state["trained"])
 
 
 def update_ema(avg: HoverflyVLA | None, model: HoverflyVLA, decay: float) -> None:
