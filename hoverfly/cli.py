@@ -8,7 +8,7 @@
   hoverfly deploy hil RUN --firmware DIR [--seconds S] [--json]
   hoverfly deploy crazyflie RUN --uri URI
   hoverfly vla collect --out DATA [--episodes N] [--image-size 96 96] [--seed S] [--expert RES_RUN]
-  hoverfly vla sft --data DATA --out RUN [--preset test|small|base] [--init CKPT] [--steps N]
+  hoverfly vla sft --data DATA [DATA ...] --out RUN [--preset test|small|base] [--init CKPT]
   hoverfly vla rl SFT_RUN --out RUN [--algo ppo|grpo|rft] [--iterations N] [--sft-coef λ]
   hoverfly vla residual --checkpoint SFT_RUN --out RUN [--algo ppo|sac]   # frozen-VLA base
 

@@ -15,8 +15,9 @@ from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
 class SFTConfig:
     """Behaviour cloning of `HoverflyVLA` on a LeRobotDataset."""
 
-    data: str = ""
-    """Dataset folder (LeRobotDataset layout, e.g. written by `vla.collect`)."""
+    data: tuple[str, ...] = ()
+    """Dataset folders (LeRobotDataset layout, e.g. written by `vla.collect`), trained on as one:
+    their frames pooled, with the same features and env settings."""
     out: str = "runs/sft"
     """Run folder: metrics, checkpoints; an existing run there is resumed."""
     preset: str = "small"
@@ -71,8 +72,8 @@ class SFTConfig:
 
     def validate(self) -> None:
         """ValueError naming the first bad field."""
-        if not self.data:
-            raise ValueError("SFTConfig.data: a dataset folder is required")
+        if isinstance(self.data, str) or not self.data or not all(self.data):
+            raise ValueError(f"SFTConfig.data: dataset folders are needed, got {self.data!r}")
         if not self.out:
             raise ValueError("SFTConfig.out: a run folder is required")
         if self.preset not in PRESETS:
@@ -112,7 +113,10 @@ class SFTConfig:
             raise ValueError(f"SFTConfig.norm_mode: {self.norm_mode!r} is not mean_std / min_max")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"model_overrides": dict(self.model_overrides)}
+        return dataclasses.asdict(self) | {
+            "data": list(self.data),
+            "model_overrides": dict(self.model_overrides),
+        }
 
 
 def _positive_int(name: str, v: Any, lo: int) -> None:

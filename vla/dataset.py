@@ -33,7 +33,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
+import io
 import json
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +56,13 @@ _EPISODE_PREFIXES = ("data/", "videos/", "meta/", "stats/")
 
 class DatasetError(ValueError):
     """A malformed dataset; the message names the file and the field."""
+
+
+def map_threads(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """`[fn(x) for x in items]` on a thread per core: PNG coding releases the GIL, and an
+    episode's frames are its only cost when rendering is on a GPU."""
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return list(pool.map(fn, items))
 
 
 def _error(path: Path | str, field: str, message: str) -> DatasetError:
@@ -441,9 +453,14 @@ class LeRobotDataset:
         return e.tasks[0] if e.tasks else ""
 
     def _png(self, key: str, i: int) -> np.ndarray:
-        import imageio.v3 as iio
+        from PIL import Image
 
-        image = np.asarray(iio.imread(self._data[key][i]))
+        try:
+            with Image.open(io.BytesIO(self._data[key][i])) as im:
+                image = np.asarray(im.convert("RGB"))
+        except (OSError, ValueError, TypeError) as err:
+            file = self.episode_of(i).data_file
+            raise _error(file, key, f"frame {i}: not an image ({err})") from err
         h, w = _image_hw(self.features[key])
         if image.shape != (h, w, 3):
             e = self.episode_of(i)
@@ -459,7 +476,8 @@ class LeRobotDataset:
             if ft["dtype"] == "video":
                 out[key] = self.episode_video(key, index)
             elif ft["dtype"] == "image":
-                out[key] = np.stack([self._png(key, i) for i in range(e.start, e.stop)])
+                frames = range(e.start, e.stop)
+                out[key] = np.stack(map_threads(functools.partial(self._png, key), frames))
             else:
                 out[key] = self._data[key][e.start : e.stop]
         out["task"] = self._task(e.start, e)

@@ -7,6 +7,7 @@ statistics are per channel over pixels scaled to [0, 1], shape [3, 1, 1] (lerobo
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vla.dataset import _EPISODE_COLUMNS, _EPISODE_PREFIXES, NUMERIC, VISUAL
+from vla.dataset import _EPISODE_COLUMNS, _EPISODE_PREFIXES, NUMERIC, VISUAL, map_threads
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -205,7 +206,7 @@ class Writer:
                 record[f"videos/{key}/from_timestamp"] = start
                 record[f"videos/{key}/to_timestamp"] = start + t / self.fps
             elif ft["dtype"] == "image":
-                self._rows[key] += [{"bytes": _png(f), "path": None} for f in x]
+                self._rows[key] += [{"bytes": b, "path": None} for b in map_threads(_png, x)]
             else:
                 self._rows[key].append(x)
             if key in self._stats:
@@ -405,9 +406,11 @@ def _to_arrow(x: np.ndarray, ft: dict) -> pa.Array:
 
 
 def _png(image: np.ndarray) -> bytes:
-    import imageio.v3 as iio
+    from PIL import Image
 
-    return iio.imwrite("<bytes>", image, extension=".png")
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
 
 
 __all__ = [

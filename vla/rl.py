@@ -469,7 +469,7 @@ class _Run:
         if cfg.sft_coef > 0:
             from vla.dataset import LeRobotDataset
 
-            anchor = _load_frames(LeRobotDataset(cfg.sft_data), model.config, device)
+            anchor = _load_frames([LeRobotDataset(cfg.sft_data)], model.config, device)
         ema = make_ema(model, cfg.ema_decay)
         optimizer = _optimizer(cfg, model)
         replay = rft.Replay(model.config.cameras, device)

@@ -35,7 +35,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from vla.checkpoint import (
 )
 from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
 from vla.configuration_sft import SFTConfig
-from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
+from vla.dataset import DatasetError, LeRobotDataset, _image_hw, compute_action_chunks
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 
@@ -160,31 +160,71 @@ def _initial_model(
     return model, processor
 
 
-def _load_frames(ds: LeRobotDataset, mcfg: HoverflyVLAConfig, device: torch.device) -> _Frames:
-    """Decodes every episode once (images stay uint8, on `device`: batches are gathered and
-    resized there, not on the host)."""
-    images: dict[str, list] = {c: [] for c in mcfg.cameras}
-    states, chunks, pads, task_ids, tasks = [], [], [], [], {}
-    for e in ds.episodes:
-        ep = ds.episode(e.index)
-        for cam in mcfg.cameras:
-            images[cam].append(np.asarray(ep[_camera_key(cam)], np.uint8))
-        states.append(np.asarray(ep["observation.state"], np.float32).reshape(e.length, -1))
-        actions = np.asarray(ep["action"], np.float32).reshape(e.length, -1)
-        chunk, pad = compute_action_chunks(actions, mcfg.chunk_size)
-        chunks.append(chunk)
-        pads.append(pad)
-        task_ids.append(np.full(e.length, tasks.setdefault(ep["task"], len(tasks)), np.int64))
-    if not states:
-        raise DatasetError(f"{ds.root}: total_episodes: the dataset has no episodes")
+def _load_frames(
+    datasets: Sequence[LeRobotDataset], mcfg: HoverflyVLAConfig, device: torch.device
+) -> _Frames:
+    """Decodes every episode of the datasets once, pooled (images stay uint8, on `device`:
+    batches are gathered and resized there, not on the host)."""
+    for ds in datasets:
+        if not ds.num_episodes:
+            raise DatasetError(f"{ds.root}: total_episodes: the dataset has no episodes")
+    total = sum(len(ds) for ds in datasets)
+    features = datasets[0].features
+    images = {
+        c: np.empty((total, *_image_hw(features[_camera_key(c)]), 3), np.uint8)
+        for c in mcfg.cameras
+    }
+    states, chunks, pads, task_ids, tasks, row = [], [], [], [], {}, 0
+    for ds in datasets:
+        for e in ds.episodes:
+            ep = ds.episode(e.index)
+            for cam in mcfg.cameras:
+                images[cam][row : row + e.length] = ep[_camera_key(cam)]
+            row += e.length
+            states.append(np.asarray(ep["observation.state"], np.float32).reshape(e.length, -1))
+            actions = np.asarray(ep["action"], np.float32).reshape(e.length, -1)
+            chunk, pad = compute_action_chunks(actions, mcfg.chunk_size)
+            chunks.append(chunk)
+            pads.append(pad)
+            task_id = tasks.setdefault(ep["task"], len(tasks))
+            task_ids.append(np.full(e.length, task_id, np.int64))
     return _Frames(
-        {c: torch.from_numpy(np.concatenate(v)).to(device) for c, v in images.items()},
+        {c: torch.from_numpy(v).to(device) for c, v in images.items()},
         np.concatenate(states),
         np.concatenate(chunks),
         np.concatenate(pads),
         np.concatenate(task_ids),
         list(tasks),
     )
+
+
+_PER_COLLECTION = ("episodes", "seed", "batch_size", "max_attempts", "keep_failures", "expert")
+"""Collect settings that may differ between datasets trained on together (the scene may not)."""
+
+
+def _scene(env_info: Any) -> Any:
+    if not isinstance(env_info, dict):
+        return env_info
+    collect = {k: v for k, v in env_info.get("collect", {}).items() if k not in _PER_COLLECTION}
+    return {k: v for k, v in env_info.items() if k != "expert"} | {"collect": collect}
+
+
+def _check_poolable(datasets: Sequence[LeRobotDataset]) -> None:
+    """DatasetError naming the dataset whose features, fps or scene (the env settings of
+    meta/info.json's "hoverfly" section) differ from the first one's."""
+    first = datasets[0]
+    for ds in datasets[1:]:
+        info = ds.root / "meta" / "info.json"
+        for field, mine, theirs in (
+            ("features", ds.features, first.features),
+            ("fps", ds.fps, first.fps),
+            ("hoverfly", _scene(ds.info.get("hoverfly")), _scene(first.info.get("hoverfly"))),
+        ):
+            if mine != theirs:
+                raise DatasetError(
+                    f"{info}: {field}: differs from {first.root}'s; datasets trained on together "
+                    "need the same features, fps and scene"
+                )
 
 
 def _batch(
@@ -259,8 +299,8 @@ def _check_same_run(out: Path, record: dict[str, Any]) -> None:
     )
     if old is not None and old.get("dataset") != record["dataset"]:
         raise DatasetError(
-            f"{record['sft']['data']}: dataset: differs from the one the run in {out} was trained "
-            f"on (episodes / frames / features)"
+            f"{', '.join(record['sft']['data'])}: dataset: differs from the one the run in {out} "
+            "was trained on (episodes / frames / features)"
         )
 
 
@@ -309,19 +349,23 @@ class _Run:
     def create(cls, cfg: SFTConfig) -> _Run:
         """Reads the dataset, builds processor (norm stats), model and optimizer from `cfg`."""
         out = Path(cfg.out)
-        ds = LeRobotDataset(cfg.data)
+        datasets = [LeRobotDataset(d) for d in cfg.data]
+        _check_poolable(datasets)
         device = torch.device(cfg.device)
         init = resolve_checkpoint(cfg.init).resolve() if cfg.init else None
         model, processor = _initial_model(cfg, init, device)
-        mcfg = _model_config(cfg, ds, model and model.config)
+        mcfg = _model_config(cfg, datasets[0], model and model.config)
         record = {
             "sft": cfg.to_dict()
-            | {"data": str(Path(cfg.data).resolve()), "init": str(init) if init else ""},
+            | {
+                "data": [str(Path(d).resolve()) for d in cfg.data],
+                "init": str(init) if init else "",
+            },
             "model": mcfg.to_dict(),
-            "dataset": _fingerprint(ds),
+            "dataset": [_fingerprint(ds) for ds in datasets],
         }
         _check_same_run(out, record)
-        frames = _load_frames(ds, mcfg, device)
+        frames = _load_frames(datasets, mcfg, device)
         ss = np.random.SeedSequence(cfg.seed).spawn(3)  # init, batch order, flow noise
         if model is None:
             stats = compute_norm_stats(
@@ -337,7 +381,7 @@ class _Run:
             cfg,
             out,
             record,
-            ds.info.get("hoverfly"),
+            datasets[0].info.get("hoverfly"),
             frames,
             processor,
             model,
@@ -379,7 +423,7 @@ class _Run:
         if loaded_processor.to_dict() != self.processor.to_dict():
             raise DatasetError(
                 f"{path}: processor.json: norm stats / tokenizer differ from the ones the dataset "
-                f"{self.cfg.data} gives now"
+                f"{', '.join(self.cfg.data)} give now"
             )
         restore_weights(self.model, self.ema, loaded, state, path)
         self.optimizer.load_state_dict(state["optimizer"])

@@ -150,6 +150,22 @@ def test_round_trip_png_is_exact(tmp_path):
     assert item["task"] == TASKS[0] and tuple(item["action"].shape) == (4,)
 
 
+def test_undecodable_png_names_file_and_field(tmp_path):
+    root = write(tmp_path / "png", image_dtype="image")
+    path = root / "data/chunk-000/file-000.parquet"
+    key = "observation.images.wrist"
+
+    def corrupt(table):
+        rows = table[key].to_pylist()
+        rows[3] = {"bytes": rows[3]["bytes"][:20], "path": None}  # a truncated PNG
+        return table.set_column(table.schema.get_field_index(key), key, pa.array(rows))
+
+    _edit_parquet(path, corrupt)
+    ds = LeRobotDataset(root)
+    with pytest.raises(DatasetError, match=f"file-000.parquet: {key}: frame 3: not an image"):
+        ds.episode(0)
+
+
 def test_action_chunks(video_root):
     actions = np.arange(10.0).reshape(5, 2)
     chunks, pad = compute_action_chunks(actions, 3)

@@ -104,7 +104,7 @@ def test_validate_names_the_field(field, value):
 def sft_run(tmp_path_factory, demo_dataset):
     root = tmp_path_factory.mktemp("rl")
     cfg = SFTConfig(
-        data=str(demo_dataset), out=str(root / "sft"), preset="test", steps=2, batch_size=8,
+        data=(str(demo_dataset),), out=str(root / "sft"), preset="test", steps=2, batch_size=8,
         warmup_steps=1, checkpoint_every=2, eval_episodes=0,
     )  # fmt: skip
     train_sft(cfg, progress=False)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from vla import sft
 from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
 from vla.collect import FAST_COMPILE
 from vla.configuration_sft import SFTConfig
@@ -30,7 +31,7 @@ def data(demo_dataset):
 
 def _cfg(data, out, **kw) -> SFTConfig:
     base = {
-        "data": str(data),
+        "data": tuple(map(str, data)) if isinstance(data, tuple) else (str(data),),
         "out": str(out),
         "preset": "test",
         "steps": 4,
@@ -51,7 +52,9 @@ def _losses(out) -> dict[int, str]:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("data", ""),
+        ("data", ()),
+        ("data", "x"),  # a folder, not a tuple of them
+        ("data", ("x", "")),
         ("preset", "huge"),
         ("steps", 0),
         ("lr", -1.0),
@@ -62,7 +65,7 @@ def _losses(out) -> dict[int, str]:
 )
 def test_validate_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
-        SFTConfig(**({"data": "x"} | {field: value})).validate()
+        SFTConfig(**({"data": ("x",)} | {field: value})).validate()
 
 
 def _fixed_batch(ds: LeRobotDataset, processor, n: int = 96) -> dict[str, torch.Tensor]:
@@ -246,6 +249,33 @@ def test_dataset_errors(data, tmp_path):
         train_sft(_cfg(data, tmp_path / "c", model_overrides=cams), progress=False)
     with pytest.raises(ValueError, match="absolute"):  # Cartesian deltas are not state deltas
         train_sft(_cfg(data, tmp_path / "d", action_representation="delta"), progress=False)
+
+
+def test_datasets_are_pooled_when_they_share_the_scene(data, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(data, other)
+    info_path = other / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["hoverfly"]["collect"]["seed"] += 1  # another collection of the same scene
+    info_path.write_text(json.dumps(info))
+    ckpt = train_sft(_cfg((data, other), tmp_path / "two", steps=1), progress=False)
+    record = json.loads((tmp_path / "two" / "sft_config.json").read_text())
+    assert record["sft"]["data"] == [str(data.resolve()), str(other.resolve())]
+    assert len(record["dataset"]) == 2
+    ds = LeRobotDataset(data)
+    config = load_checkpoint(ckpt)[0].config
+    frames = sft._load_frames([ds, LeRobotDataset(other)], config, torch.device("cpu"))
+    n = len(ds)
+    assert len(frames.states) == 2 * n and len(frames.tasks) == len(ds.tasks)
+    first = ds.episode(0)["observation.images.front"]
+    for start in (0, n):
+        np.testing.assert_array_equal(frames.images["front"][start : start + len(first)], first)
+    np.testing.assert_array_equal(frames.chunks[n:], frames.chunks[:n])
+    info["hoverfly"]["collect"]["max_steps"] += 1  # another scene
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match="other/meta/info.json: hoverfly: differs"):
+        train_sft(_cfg((data, other), tmp_path / "bad", steps=1), progress=False)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_closed_loop_evaluation_runs(data, tmp_path):
