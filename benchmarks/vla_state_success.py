@@ -9,7 +9,11 @@ succeeded independently with the overall rate p, the share of "never" states wou
 (1 − p)^seeds; it is printed beside the measured one. With `--dataset DEMOS` the states are
 those of the dataset's first `--states` episodes (their `reset_seed`s, the cube colours cycled
 as there): the policy's success on the scenes it was trained on, against held-out ones
-(`--first-state`).
+(`--first-state`). `--noise-scale τ` scales the sampler's initial noise (0: the ODE from zero
+noise, the same for every noise seed) and `--action-steps K` executes K actions of each chunk
+instead of the model's `n_action_steps`. `failures` says where the failed episodes ended: the
+tool never reached the cube, reached it but the cube lies on the table at the end (a missed or
+lost grasp), or the cube is held up but off the goal.
 
   python benchmarks/vla_state_success.py SFT/checkpoints/step_00015000 --out F.json
 
@@ -34,6 +38,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument(
         "--dataset", type=Path, default=None, help="states of this dataset's first episodes"
     )
+    p.add_argument("--noise-scale", type=float, default=1.0)
+    p.add_argument("--action-steps", type=int, default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -55,10 +61,21 @@ def main(argv: list[str] | None = None) -> dict:
         episodes = LeRobotDataset(args.dataset).episodes[: args.states]
         seeds = np.array([e.metadata["reset_seed"] for e in episodes])
     runs = [
-        _evaluate(model.eval(), processor, env_info, len(seeds), 77 + i, reset_seeds=seeds)
+        _evaluate(
+            model.eval(),
+            processor,
+            env_info,
+            len(seeds),
+            77 + i,
+            reset_seeds=seeds,
+            noise_scale=args.noise_scale,
+            action_steps=args.action_steps,
+        )  # fmt: skip
         for i in range(args.noise_seeds)
     ]
     ok = np.array([r["success"] for r in runs], float)  # [seeds, states]
+    field = {k: np.array([r[k] for r in runs]) for k in ("reached_cube", "end_cube_lifted")}
+    failed = ok == 0
     per_state = ok.mean(0)
     overall = float(ok.mean())
     by_goal = collections.defaultdict(list)
@@ -79,6 +96,16 @@ def main(argv: list[str] | None = None) -> dict:
         "never_if_independent": round(args.states * (1 - overall) ** args.noise_seeds, 2),
         "by_goal": {g: round(float(np.mean(v)), 3) for g, v in sorted(by_goal.items())},
         "episodes_per_goal": {g: len(v) * args.noise_seeds for g, v in sorted(by_goal.items())},
+        "noise_scale": args.noise_scale,
+        "action_steps": args.action_steps or model.config.n_action_steps,
+        "failures": {
+            "episodes": int(failed.sum()),
+            "never_reached_cube": int((failed & ~field["reached_cube"]).sum()),
+            "cube_on_table_at_end": int(
+                (failed & field["reached_cube"] & ~field["end_cube_lifted"]).sum()
+            ),
+            "cube_held_off_goal": int((failed & field["end_cube_lifted"]).sum()),
+        },
     }
     return emit_json(result, args.out)
 

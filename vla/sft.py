@@ -589,6 +589,8 @@ def evaluate_closed_loop(
     device: str = "cpu",
     compiler_options: dict[str, Any] | None = None,
     reset_seeds: np.ndarray | list[int] | None = None,
+    noise_scale: float = 1.0,
+    action_steps: int | None = None,
 ) -> dict[str, Any]:
     """Success of the checkpoint's policy in the arm env its dataset was collected in.
 
@@ -598,8 +600,9 @@ def evaluate_closed_loop(
     the dataset's `max_steps`). `reset_seeds` [N] replays given episodes instead (each reset is
     `env.reset(jax.random.key(reset_seed))` as in `vla.collect`, the cube colour cycled as there:
     the `reset_seed`s of a dataset's first N episodes give those episodes' scenes; `episodes` is
-    then N). Returns success_rate, mean_return, mean_length, episodes,
-    success [episodes] (bool), first_success [episodes] (step index, -1 if never), instructions
+    then N). `noise_scale` and `action_steps`: see `_evaluate`. Returns success_rate,
+    mean_return, mean_length, episodes, success [episodes] (bool), first_success [episodes] (step
+    index, -1 if never), end_cube_lifted, end_cube_goal_m, reached_cube [episodes], instructions
     [episodes], goals [episodes][3] (world, m), seconds."""
     model, processor = load_checkpoint(checkpoint_dir, device)
     if dataset is not None:
@@ -610,8 +613,9 @@ def evaluate_closed_loop(
             raise ValueError(f"{checkpoint_dir}: no env info in train_state.pt; pass `dataset`")
         env_info = json.loads(state["env_info"])
     return _evaluate(
-        model, processor, env_info, episodes, seed, max_steps, compiler_options, reset_seeds
-    )
+        model, processor, env_info, episodes, seed, max_steps, compiler_options, reset_seeds,
+        noise_scale, action_steps,
+    )  # fmt: skip
 
 
 def _collect_config(env_info: dict[str, Any] | None):
@@ -668,16 +672,23 @@ def _evaluate(
     max_steps: int | None = None,
     compiler_options: dict[str, Any] | None = None,
     reset_seeds: np.ndarray | list[int] | None = None,
+    noise_scale: float = 1.0,
+    action_steps: int | None = None,
 ) -> dict[str, Any]:
     """Runs `episodes` episodes of the policy batched: at each chunk boundary the cameras are
     rendered for every env (cube in the episode's colour), the state vector is read from the actor
-    observation (`state_fields`), an action chunk is sampled (Euler flow, noise from `seed`),
-    un-normalized, clipped to [-1, 1], and its first K = `n_action_steps` actions are executed.
+    observation (`state_fields`), an action chunk is sampled (Euler flow from noise drawn from
+    `seed`, times `noise_scale`: 0 integrates from zero noise), un-normalized, clipped to [-1, 1],
+    and its first K actions are executed (K = `action_steps`, default the model's
+    `n_action_steps`).
 
     Success follows `vla.collect`: the episode's recorded length is `episode_length` (up to
     `hold_steps` steps after its first success, or its first termination, or `max_steps`) and
     success is the env's `success` metric at that last step, i.e. the cube reached the goal and
-    is still there `hold_steps` steps later (or at the time limit)."""
+    is still there `hold_steps` steps later (or at the time limit). Where the episodes end (after
+    the last executed chunk): `end_cube_lifted` [episodes] (the cube ≥ 1 cm above its resting
+    height), `end_cube_goal_m` [episodes] and `reached_cube` [episodes] (the tool came within
+    the env's reach radius of the cube at some step)."""
     import jax
     import jax.numpy as jnp
 
@@ -689,7 +700,9 @@ def _evaluate(
     ccfg = _collect_config(env_info)
     c = model.config
     t_max = ccfg.max_steps if max_steps is None else int(max_steps)
-    k = c.n_action_steps
+    k = c.n_action_steps if action_steps is None else int(action_steps)
+    if not 1 <= k <= c.chunk_size:
+        raise ValueError(f"action_steps: {k} not in [1, chunk_size = {c.chunk_size}]")
     env, reset, execute = _compiled_env(ccfg, k, tuple(sorted((compiler_options or {}).items())))
     arm = env.unwrapped
     state_idx = jnp.asarray(state_index(env_info["state_fields"], env.action_size))
@@ -718,7 +731,10 @@ def _evaluate(
             renderer.model.light_castshadow[:] = 0
         t = 0
         while t < t_max:
-            actions = _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen)
+            chunk = _plan(
+                model, processor, renderer, state, state_idx, texts, look, noise_gen, noise_scale
+            )
+            actions = chunk[:k]
             state, dead, (s, d, r) = execute(state, dead, actions)
             success.append(np.asarray(s))
             done.append(np.asarray(d))
@@ -728,13 +744,20 @@ def _evaluate(
                 break
     out = _summarize(success, done, reward, ccfg.hold_steps, t_max)
     seconds = time.perf_counter() - start
-    return out | {"instructions": texts, "goals": goals.tolist(), "seconds": seconds}
+    data = jax.device_get(state.data)
+    cube = np.asarray(data.physics.qpos)[:, arm.index.cube_qpos : arm.index.cube_qpos + 3]
+    end = {
+        "end_cube_lifted": (cube[:, 2] - np.asarray(data.params.cube_half_size) >= 0.01).tolist(),
+        "end_cube_goal_m": np.linalg.norm(cube - np.asarray(data.goal), axis=1).tolist(),
+        "reached_cube": (np.asarray(data.reached) > 0).tolist(),
+    }
+    return out | end | {"instructions": texts, "goals": goals.tolist(), "seconds": seconds}
 
 
-def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen):
-    """Actions [K, B, A] (jax) of a new chunk for the batched env `state`: renders the cameras
+def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen, noise_scale=1.0):
+    """Actions [H, B, A] (jax) of a new chunk for the batched env `state`: renders the cameras
     (look = (cube colour per episode, cube geom id)), reads the proprio state (JAX → torch
-    through DLPack), samples a chunk and un-normalizes it."""
+    through DLPack), samples a chunk from noise × `noise_scale` and un-normalizes it."""
     import jax.numpy as jnp
 
     from vla.collect import COLOURS
@@ -745,9 +768,13 @@ def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen):
     proprio = torch.from_dlpack(jnp.take(state.obs["state"], state_idx, axis=1))
     proprio = proprio.to("cpu", torch.float32)  # the processor runs on the host
     batch = processor(obs, proprio, texts)
-    batch = {key: v.to(model.patch_pos.device) for key, v in batch.items()}
-    chunk = model.sample_actions(batch, generator=noise_gen).cpu()
-    actions = processor.actions_from_model(chunk, proprio)[:, : c.n_action_steps]
+    device = model.patch_pos.device
+    batch = {key: v.to(device) for key, v in batch.items()}
+    noise = torch.randn(
+        (len(texts), c.chunk_size, c.action_dim), generator=noise_gen, device=device
+    )
+    chunk = model.sample_actions(batch, noise=noise * noise_scale).cpu()
+    actions = processor.actions_from_model(chunk, proprio)
     # a host array, not a DLPack view: the jitted env step moves it to the sim's device
     return jnp.asarray(actions.clamp(-1.0, 1.0).transpose(0, 1).numpy())
 

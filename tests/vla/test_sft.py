@@ -288,6 +288,16 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     assert 0.0 <= result["success_rate"] <= 1.0 and len(result["success"]) == 4
     assert result["episodes"] == 4 and 1 <= result["mean_length"] <= 12
     assert all("cube and place it on the" in t for t in result["instructions"])
+    assert len(result["end_cube_goal_m"]) == 4 and min(result["end_cube_goal_m"]) > 0
+    assert not any(result["end_cube_lifted"])  # 12 steps are too few to grasp and lift
+    # from zero noise the Euler sampler is deterministic: the flow-noise seed no longer matters
+    same = dict(episodes=4, max_steps=12, compiler_options=FAST_COMPILE, reset_seeds=[3, 4, 5, 6])
+    ode = [evaluate_closed_loop(ckpt, seed=s, noise_scale=0.0, **same) for s in (0, 1)]
+    noisy = [evaluate_closed_loop(ckpt, seed=s, **same) for s in (0, 1)]
+    assert ode[0]["mean_return"] == ode[1]["mean_return"]
+    assert noisy[0]["mean_return"] != noisy[1]["mean_return"]
+    with pytest.raises(ValueError, match="action_steps"):
+        evaluate_closed_loop(ckpt, action_steps=99, **same)
     # reset_seeds replays the dataset's episodes: same goals, colours and instructions
     ds = LeRobotDataset(data)
     episodes = [*ds.episodes, ds.episodes[0]]
