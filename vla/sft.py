@@ -731,10 +731,9 @@ def _evaluate(
             renderer.model.light_castshadow[:] = 0
         t = 0
         while t < t_max:
-            chunk = _plan(
-                model, processor, renderer, state, state_idx, texts, look, noise_gen, noise_scale
+            actions = _plan(
+                model, processor, renderer, state, state_idx, texts, look, noise_gen, k, noise_scale
             )
-            actions = chunk[:k]
             state, dead, (s, d, r) = execute(state, dead, actions)
             success.append(np.asarray(s))
             done.append(np.asarray(d))
@@ -754,10 +753,13 @@ def _evaluate(
     return out | end | {"instructions": texts, "goals": goals.tolist(), "seconds": seconds}
 
 
-def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen, noise_scale=1.0):
-    """Actions [H, B, A] (jax) of a new chunk for the batched env `state`: renders the cameras
-    (look = (cube colour per episode, cube geom id)), reads the proprio state (JAX → torch
-    through DLPack), samples a chunk from noise × `noise_scale` and un-normalizes it."""
+def _plan(
+    model, processor, renderer, state, state_idx, texts, look, noise_gen, k=None, noise_scale=1.0
+):
+    """The first `k` actions [k, B, A] (jax; default k: the model's `n_action_steps`) of a new
+    chunk for the batched env `state`: renders the cameras (look = (cube colour per episode,
+    cube geom id)), reads the proprio state (JAX → torch through DLPack), samples a chunk from
+    noise × `noise_scale` and un-normalizes it."""
     import jax.numpy as jnp
 
     from vla.collect import COLOURS
@@ -774,7 +776,7 @@ def _plan(model, processor, renderer, state, state_idx, texts, look, noise_gen, 
         (len(texts), c.chunk_size, c.action_dim), generator=noise_gen, device=device
     )
     chunk = model.sample_actions(batch, noise=noise * noise_scale).cpu()
-    actions = processor.actions_from_model(chunk, proprio)
+    actions = processor.actions_from_model(chunk, proprio)[:, : k or c.n_action_steps]
     # a host array, not a DLPack view: the jitted env step moves it to the sim's device
     return jnp.asarray(actions.clamp(-1.0, 1.0).transpose(0, 1).numpy())
 

@@ -260,7 +260,7 @@ def _demo_part(run: _Run, demo_dataset) -> dict[str, np.ndarray]:
     from vla.dataset import LeRobotDataset
     from vla.sft import _load_frames
 
-    frames = _load_frames(LeRobotDataset(demo_dataset), run.model.config, torch.device("cpu"))
+    frames = _load_frames([LeRobotDataset(demo_dataset)], run.model.config, torch.device("cpu"))
     idx = np.arange(0, len(frames.states), 9)[:16]
     return {
         "images": np.concatenate([frames.images[c][idx].numpy() for c in ("front", "wrist")], 2),
