@@ -22,7 +22,7 @@ import torch
 
 from algos.run_folder import atomic_write
 from vla.dataset import compute_action_chunks
-from vla.sft import _batch, _Frames
+from vla.frames import Frames, gather_batch
 
 if TYPE_CHECKING:
     from vla.rl import _Rollout, _Run
@@ -65,7 +65,7 @@ def success_frames(
 
 class Replay:
     """Every iteration's successful frames in one growing buffer per field (the capacity doubles,
-    so adding a part copies that part, not the whole replay), seen as one `sft._Frames`: the
+    so adding a part copies that part, not the whole replay), seen as one `frames.Frames`: the
     cameras split from the side-by-side images, on the training device."""
 
     def __init__(self, cameras, device: torch.device):
@@ -106,10 +106,10 @@ class Replay:
                 grown[: self.n] = self._images[c][: self.n]
             self._images[c] = grown
 
-    def frames(self) -> _Frames:
+    def frames(self) -> Frames:
         """The frames held so far (views of the buffers)."""
         a, n = self._arrays, self.n
-        return _Frames(
+        return Frames(
             {c: v[:n] for c, v in self._images.items()},
             a["states"][:n],
             a["chunks"][:n],
@@ -170,7 +170,9 @@ def imitate(run: _Run, new: int, seed: int) -> dict[str, float]:
     sums = {"policy_loss": 0.0, "sft_loss": 0.0}
     for _ in range(steps):
         idx = rng.integers(0, len(frames.states), cfg.minibatch_size)
-        loss = model.flow_matching_loss(_batch(frames, run.processor, idx, dev), generator=gen)
+        loss = model.flow_matching_loss(
+            gather_batch(frames, run.processor, idx, dev), generator=gen
+        )
         sft_loss = run.anchor_loss(rng, gen)
         run.optimizer_step(loss + cfg.sft_coef * sft_loss)
         sums["policy_loss"] += float(loss.detach())

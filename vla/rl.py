@@ -76,17 +76,16 @@ from vla.checkpoint import (
     save_checkpoint,
 )
 from vla.configuration_rl import RLConfig
+from vla.frames import gather_batch, load_frames
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor
 from vla.sft import (
     _EVAL_COLUMNS,
     _all_finished,
     _append_csv,
-    _batch,
     _collect_config,
     _compiled_env,
     _evaluate,
-    _load_frames,
     _progress,
     _refuse_changed_config,
     _render,
@@ -435,7 +434,7 @@ class _Run:
     reference: HoverflyVLA
     processor: HoverflyVLAProcessor
     optimizer: torch.optim.AdamW
-    anchor: Any  # sft._Frames of the RL-Co demonstrations, or None
+    anchor: Any  # frames.Frames of the RL-Co demonstrations, or None
     replay: rft.Replay
     """rft: the successful frames of every iteration so far."""
     compiler_options: tuple = ()
@@ -469,7 +468,7 @@ class _Run:
         if cfg.sft_coef > 0:
             from vla.dataset import LeRobotDataset
 
-            anchor = _load_frames([LeRobotDataset(cfg.sft_data)], model.config, device)
+            anchor = load_frames([LeRobotDataset(cfg.sft_data)], model.config, device)
         ema = make_ema(model, cfg.ema_decay)
         optimizer = _optimizer(cfg, model)
         replay = rft.Replay(model.config.cameras, device)
@@ -681,7 +680,7 @@ class _Run:
         if self.anchor is None:
             return torch.zeros((), device=self._dev)
         idx = rng.integers(0, len(self.anchor.states), self.cfg.sft_batch_size)
-        batch = _batch(self.anchor, self.processor, idx, self._dev)
+        batch = gather_batch(self.anchor, self.processor, idx, self._dev)
         return self.model.flow_matching_loss(batch, generator=gen)
 
     def optimizer_step(self, loss: torch.Tensor) -> None:

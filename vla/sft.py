@@ -35,7 +35,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,15 @@ from vla.checkpoint import (
 )
 from vla.configuration_hoverfly_vla import PRESETS, HoverflyVLAConfig
 from vla.configuration_sft import SFTConfig
-from vla.dataset import DatasetError, LeRobotDataset, _image_hw, compute_action_chunks
+from vla.dataset import DatasetError, LeRobotDataset
+from vla.frames import (
+    Frames,
+    camera_key,
+    check_poolable,
+    fingerprint,
+    gather_batch,
+    load_frames,
+)
 from vla.modeling_hoverfly_vla import HoverflyVLA
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 
@@ -77,34 +85,6 @@ _CARTESIAN_ACTIONS = ("tcp_dx", "tcp_dy", "tcp_dz", "gripper")
 
 
 # -- data ------------------------------------------------------------------------------------------
-@dataclass
-class _Frames:
-    """Every frame of a dataset in memory: images {camera: uint8 tensor [N, H, W, 3]} on the
-    training device (batches are gathered and resized there), states [N, Ds], action chunks
-    [N, H, A] (absolute, as stored), is_pad [N, H], task [N] (index into tasks)."""
-
-    images: dict[str, torch.Tensor]
-    states: np.ndarray
-    chunks: np.ndarray
-    is_pad: np.ndarray
-    task: np.ndarray
-    tasks: list[str]
-
-
-def _camera_key(cam: str) -> str:
-    return f"observation.images.{cam}"
-
-
-def _fingerprint(ds: LeRobotDataset) -> dict[str, Any]:
-    feats = {k: [ft["dtype"], ft["shape"]] for k, ft in sorted(ds.features.items())}
-    return {
-        "total_episodes": ds.num_episodes,
-        "total_frames": len(ds),
-        "fps": ds.fps,
-        "features": feats,
-    }
-
-
 def _model_config(
     cfg: SFTConfig, ds: LeRobotDataset, initial: HoverflyVLAConfig | None = None
 ) -> HoverflyVLAConfig:
@@ -119,7 +99,7 @@ def _model_config(
         "action_dim": ds.features["action"]["shape"][0],
     }
     mcfg = initial or PRESETS[cfg.preset].replace(**(sizes | dict(cfg.model_overrides)))
-    missing = [c for c in mcfg.cameras if _camera_key(c) not in ds.camera_keys]
+    missing = [c for c in mcfg.cameras if camera_key(c) not in ds.camera_keys]
     if missing:
         raise DatasetError(
             f"{info_path}: features: no camera(s) {missing} (the model reads {list(mcfg.cameras)}; "
@@ -158,84 +138,6 @@ def _initial_model(
             f"{(cfg.norm_mode, cfg.action_representation)}"
         )
     return model, processor
-
-
-def _load_frames(
-    datasets: Sequence[LeRobotDataset], mcfg: HoverflyVLAConfig, device: torch.device
-) -> _Frames:
-    """Decodes every episode of the datasets once, pooled (images stay uint8, on `device`:
-    batches are gathered and resized there, not on the host)."""
-    for ds in datasets:
-        if not ds.num_episodes:
-            raise DatasetError(f"{ds.root}: total_episodes: the dataset has no episodes")
-    total = sum(len(ds) for ds in datasets)
-    features = datasets[0].features
-    images = {
-        c: np.empty((total, *_image_hw(features[_camera_key(c)]), 3), np.uint8)
-        for c in mcfg.cameras
-    }
-    states, chunks, pads, task_ids, tasks, row = [], [], [], [], {}, 0
-    for ds in datasets:
-        for e in ds.episodes:
-            ep = ds.episode(e.index)
-            for cam in mcfg.cameras:
-                images[cam][row : row + e.length] = ep[_camera_key(cam)]
-            row += e.length
-            states.append(np.asarray(ep["observation.state"], np.float32).reshape(e.length, -1))
-            actions = np.asarray(ep["action"], np.float32).reshape(e.length, -1)
-            chunk, pad = compute_action_chunks(actions, mcfg.chunk_size)
-            chunks.append(chunk)
-            pads.append(pad)
-            task_id = tasks.setdefault(ep["task"], len(tasks))
-            task_ids.append(np.full(e.length, task_id, np.int64))
-    return _Frames(
-        {c: torch.from_numpy(v).to(device) for c, v in images.items()},
-        np.concatenate(states),
-        np.concatenate(chunks),
-        np.concatenate(pads),
-        np.concatenate(task_ids),
-        list(tasks),
-    )
-
-
-_PER_COLLECTION = ("episodes", "seed", "batch_size", "max_attempts", "keep_failures", "expert")
-"""Collect settings that may differ between datasets trained on together (the scene may not)."""
-
-
-def _scene(env_info: Any) -> Any:
-    if not isinstance(env_info, dict):
-        return env_info
-    collect = {k: v for k, v in env_info.get("collect", {}).items() if k not in _PER_COLLECTION}
-    return {k: v for k, v in env_info.items() if k != "expert"} | {"collect": collect}
-
-
-def _check_poolable(datasets: Sequence[LeRobotDataset]) -> None:
-    """DatasetError naming the dataset whose features, fps or scene (the env settings of
-    meta/info.json's "hoverfly" section) differ from the first one's."""
-    first = datasets[0]
-    for ds in datasets[1:]:
-        info = ds.root / "meta" / "info.json"
-        for field, mine, theirs in (
-            ("features", ds.features, first.features),
-            ("fps", ds.fps, first.fps),
-            ("hoverfly", _scene(ds.info.get("hoverfly")), _scene(first.info.get("hoverfly"))),
-        ):
-            if mine != theirs:
-                raise DatasetError(
-                    f"{info}: {field}: differs from {first.root}'s; datasets trained on together "
-                    "need the same features, fps and scene"
-                )
-
-
-def _batch(
-    frames: _Frames, processor: HoverflyVLAProcessor, idx: np.ndarray, device: torch.device
-) -> dict[str, torch.Tensor]:
-    rows = torch.as_tensor(idx, device=device)
-    images = {c: frames.images[c][rows] for c in processor.config.cameras}
-    texts = [frames.tasks[i] for i in frames.task[idx]]
-    batch = processor(images, frames.states[idx], texts, frames.chunks[idx])
-    batch["action_is_pad"] = torch.from_numpy(frames.is_pad[idx])
-    return {k: v.to(device) for k, v in batch.items()}
 
 
 # -- optimization ----------------------------------------------------------------------------------
@@ -334,7 +236,7 @@ class _Run:
     out: Path
     record: dict[str, Any]
     env_info: dict[str, Any] | None
-    frames: _Frames
+    frames: Frames
     processor: HoverflyVLAProcessor
     model: HoverflyVLA
     optimizer: torch.optim.AdamW
@@ -350,7 +252,7 @@ class _Run:
         """Reads the dataset, builds processor (norm stats), model and optimizer from `cfg`."""
         out = Path(cfg.out)
         datasets = [LeRobotDataset(d) for d in cfg.data]
-        _check_poolable(datasets)
+        check_poolable(datasets)
         device = torch.device(cfg.device)
         init = resolve_checkpoint(cfg.init).resolve() if cfg.init else None
         model, processor = _initial_model(cfg, init, device)
@@ -362,10 +264,10 @@ class _Run:
                 "init": str(init) if init else "",
             },
             "model": mcfg.to_dict(),
-            "dataset": [_fingerprint(ds) for ds in datasets],
+            "dataset": [fingerprint(ds) for ds in datasets],
         }
         _check_same_run(out, record)
-        frames = _load_frames(datasets, mcfg, device)
+        frames = load_frames(datasets, mcfg, device)
         ss = np.random.SeedSequence(cfg.seed).spawn(3)  # init, batch order, flow noise
         if model is None:
             stats = compute_norm_stats(
@@ -441,7 +343,7 @@ class _Run:
         """One AdamW step on a random batch; returns loss, lr (used), grad_norm (pre-clip)."""
         cfg = self.cfg
         idx = self.batch_rng.integers(0, len(self.frames.states), cfg.batch_size)
-        batch = _batch(self.frames, self.processor, idx, self.model.patch_pos.device)
+        batch = gather_batch(self.frames, self.processor, idx, self.model.patch_pos.device)
         loss = self.model.flow_matching_loss(batch, generator=self.noise_gen)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

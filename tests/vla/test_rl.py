@@ -14,6 +14,7 @@ from vla.checkpoint import load_checkpoint, load_train_state
 from vla.collect import FAST_COMPILE
 from vla.configuration_rl import RLConfig
 from vla.configuration_sft import SFTConfig
+from vla.frames import gather_batch
 from vla.rft import Replay, imitate, success_frames
 from vla.rl import (
     _Rollout,
@@ -25,7 +26,7 @@ from vla.rl import (
     compute_policy_loss,
     train_rl,
 )
-from vla.sft import _batch, train_sft
+from vla.sft import train_sft
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
@@ -258,9 +259,9 @@ def _demo_part(run: _Run, demo_dataset) -> dict[str, np.ndarray]:
     """16 frames of the scripted demonstrations as a replay part (they stand in for successes,
     which a 2-step SFT model does not have)."""
     from vla.dataset import LeRobotDataset
-    from vla.sft import _load_frames
+    from vla.frames import load_frames
 
-    frames = _load_frames([LeRobotDataset(demo_dataset)], run.model.config, torch.device("cpu"))
+    frames = load_frames([LeRobotDataset(demo_dataset)], run.model.config, torch.device("cpu"))
     idx = np.arange(0, len(frames.states), 9)[:16]
     return {
         "images": np.concatenate([frames.images[c][idx].numpy() for c in ("front", "wrist")], 2),
@@ -299,7 +300,7 @@ def test_rft_imitates_its_replay(sft_run, demo_dataset, tmp_path):
     run.replay.append(_demo_part(run, demo_dataset))
 
     def loss() -> float:  # on all 16 frames, the same noise and times every time
-        batch = _batch(run.replay.frames(), run.processor, np.arange(16), torch.device("cpu"))
+        batch = gather_batch(run.replay.frames(), run.processor, np.arange(16), torch.device("cpu"))
         with torch.no_grad():
             return float(run.model.flow_matching_loss(batch, torch.Generator().manual_seed(0)))
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vla import sft
 from vla.checkpoint import load_checkpoint, load_train_state, save_checkpoint
 from vla.collect import FAST_COMPILE
 from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
+from vla.frames import load_frames
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 from vla.sft import evaluate_closed_loop, final_evaluation, latest_checkpoint, train_sft
 
@@ -264,7 +264,7 @@ def test_datasets_are_pooled_when_they_share_the_scene(data, tmp_path):
     assert len(record["dataset"]) == 2
     ds = LeRobotDataset(data)
     config = load_checkpoint(ckpt)[0].config
-    frames = sft._load_frames([ds, LeRobotDataset(other)], config, torch.device("cpu"))
+    frames = load_frames([ds, LeRobotDataset(other)], config, torch.device("cpu"))
     n = len(ds)
     assert len(frames.states) == 2 * n and len(frames.tasks) == len(ds.tasks)
     first = ds.episode(0)["observation.images.front"]
