@@ -34,7 +34,12 @@ _INT_FIELDS = (
     "chunk_size",
     "n_action_steps",
     "num_flow_steps",
+    "keypoints",
 )
+_ENCODERS = ("vit", "cnn")
+_ADDED_FIELDS = {"vision_encoder": "vit", "keypoints": 16}
+"""Fields added after checkpoints were first written: a config.json without them gets these
+values (what the network was before the field existed)."""
 _FLOAT_FIELDS = ("time_beta_alpha", "rl_noise_std_init", "rl_noise_std_min", "rl_noise_std_max")
 
 
@@ -42,7 +47,7 @@ _FLOAT_FIELDS = ("time_beta_alpha", "rl_noise_std_init", "rl_noise_std_min", "rl
 class HoverflyVLAConfig:
     """Architecture and sampling settings of `HoverflyVLA`.
 
-    Prefix tokens: `len(cameras) · (image_size / patch_size)²` image tokens, `max_tokens` text
+    Prefix tokens: `len(cameras) · image_tokens` image tokens, `max_tokens` text
     tokens and one proprio token, width `d_model`. The action expert runs over `chunk_size` action
     tokens of width `expert_width`; its attention uses the prefix's heads (`n_heads` ×
     `d_model / n_heads`) so expert layer j reads the keys/values of prefix layer
@@ -53,8 +58,16 @@ class HoverflyVLAConfig:
     """Side of the square model input image, px (camera frames are resized to it)."""
     cameras: tuple[str, ...] = ("front", "wrist")
     """Camera names, in the order their images enter the model."""
+    vision_encoder: str = "vit"
+    """Image encoder: "vit" (patchify + transformer, `(image_size / patch_size)²` tokens per
+    camera) or "cnn" (a conv stem to a stride-4 feature map, then `keypoints` spatial-softmax
+    keypoints per camera, each a token of its expected (x, y) and attended features, then the
+    transformer). Spatial softmax localizes small objects (a few pixels) that a linear patch
+    embedding blurs (Levine et al. 2016, "End-to-End Training of Deep Visuomotor Policies")."""
     patch_size: int = 8
-    """ViT patch side, px; must divide `image_size`."""
+    """ViT patch side, px; must divide `image_size` (the "vit" encoder)."""
+    keypoints: int = 16
+    """Spatial-softmax keypoints (image tokens) per camera (the "cnn" encoder)."""
     d_model: int = 256
     """Width of the vision encoder and the prefix transformer."""
     n_heads: int = 4
@@ -103,6 +116,16 @@ class HoverflyVLAConfig:
                 raise ValueError(f"HoverflyVLAConfig.{name} must be a float, got {value!r}")
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"HoverflyVLAConfig.{name} must be finite and > 0, got {value!r}")
+        if self.vision_encoder not in _ENCODERS:
+            raise ValueError(
+                f"HoverflyVLAConfig.vision_encoder must be one of {_ENCODERS}, got "
+                f"{self.vision_encoder!r}"
+            )
+        if self.vision_encoder == "cnn" and self.image_size % 4:
+            raise ValueError(
+                f"HoverflyVLAConfig.image_size ({self.image_size}) must be a multiple of 4 for "
+                f"the cnn encoder (stride 4)"
+            )
         cams = self.cameras
         if not isinstance(cams, tuple) or not cams:
             raise ValueError(f"HoverflyVLAConfig.cameras must be a non-empty tuple, got {cams!r}")
@@ -110,7 +133,7 @@ class HoverflyVLAConfig:
             raise ValueError(
                 f"HoverflyVLAConfig.cameras must be distinct non-empty names, got {cams!r}"
             )
-        if self.image_size % self.patch_size:
+        if self.vision_encoder == "vit" and self.image_size % self.patch_size:
             raise ValueError(
                 f"HoverflyVLAConfig.patch_size ({self.patch_size}) must divide image_size "
                 f"({self.image_size})"
@@ -146,13 +169,16 @@ class HoverflyVLAConfig:
         return self.d_model // self.n_heads
 
     @property
-    def patches_per_camera(self) -> int:
+    def image_tokens(self) -> int:
+        """Image tokens per camera: ViT patches or CNN keypoints."""
+        if self.vision_encoder == "cnn":
+            return self.keypoints
         return (self.image_size // self.patch_size) ** 2
 
     @property
     def prefix_len(self) -> int:
-        """Prefix tokens P = cameras · patches + max_tokens + 1 (proprio)."""
-        return len(self.cameras) * self.patches_per_camera + self.max_tokens + 1
+        """Prefix tokens P = cameras · image_tokens + max_tokens + 1 (proprio)."""
+        return len(self.cameras) * self.image_tokens + self.max_tokens + 1
 
     @property
     def expert_kv_layers(self) -> tuple[int, ...]:
@@ -170,7 +196,7 @@ class HoverflyVLAConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HoverflyVLAConfig:
         """Inverse of `to_dict`. Raises ValueError on unknown or missing keys (naming them) and on
-        invalid values."""
+        invalid values; only the later-added fields (`_ADDED_FIELDS`) may be absent."""
         if not isinstance(data, dict):
             raise ValueError(
                 f"HoverflyVLAConfig.from_dict expects a dict, got {type(data).__name__}"
@@ -179,6 +205,7 @@ class HoverflyVLAConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown HoverflyVLAConfig key(s): {', '.join(unknown)}")
+        data = {**_ADDED_FIELDS, **data}
         missing = sorted(names - set(data))
         if missing:
             raise ValueError(f"missing HoverflyVLAConfig key(s): {', '.join(missing)}")

@@ -22,8 +22,9 @@ class SFTConfig:
     """Run folder: metrics, checkpoints; an existing run there is resumed."""
     preset: str = "small"
     """Model preset: test / small / base (`vla.configuration_hoverfly_vla.PRESETS`)."""
-    model_overrides: dict[str, Any] = field(default_factory=dict)
-    """HoverflyVLAConfig fields replacing the preset's (proprio_dim / action_dim come from the
+    model_overrides: dict[str, int | float | str] = field(default_factory=dict)
+    """HoverflyVLAConfig fields replacing the preset's, as NAME VALUE pairs (e.g.
+    `--model-overrides vision_encoder cnn image_size 64`; proprio_dim / action_dim come from the
     dataset)."""
     init: str = ""
     """Fine-tune: start from this VLA checkpoint (or an SFT / RL run folder: its newest) instead

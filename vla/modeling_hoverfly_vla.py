@@ -1,8 +1,8 @@
-"""The compact built-in VLA: a ViT image encoder, a prefix transformer over [image, text, proprio]
-tokens and a flow-matching action expert (π0 design: Black et al. 2024, "π0: A Vision-Language-
-Action Flow Model for General Robot Control"), plus a value head and a stochastic "flow-noise"
-sampler with exact chunk log-probabilities for RL post-training (πRL: Chen et al. 2025, "πRL:
-Online RL Fine-tuning for Flow-based Vision-Language-Action Models").
+"""The compact built-in VLA: a ViT or CNN-keypoint image encoder, a prefix transformer over
+[image, text, proprio] tokens and a flow-matching action expert (π0 design: Black et al. 2024,
+"π0: A Vision-Language-Action Flow Model for General Robot Control"), plus a value head and a
+stochastic "flow-noise" sampler with exact chunk log-probabilities for RL post-training (πRL:
+Chen et al. 2025, "πRL: Online RL Fine-tuning for Flow-based Vision-Language-Action Models").
 
 Batch / observation dicts (all tensors on the model's device; B batch, C cameras, S image side,
 T = config.max_tokens, H = config.chunk_size, A = config.action_dim):
@@ -114,6 +114,40 @@ def _sinusoidal(t: torch.Tensor, dim: int) -> torch.Tensor:
     return F.pad(out, (0, dim - 2 * half))
 
 
+class _KeypointStem(nn.Module):
+    """CNN image tokens: a conv stem (stride 4) to features F [c, S/4, S/4], then K spatial-softmax
+    keypoints: attention maps a_k = softmax over positions of a 1×1 conv of F; token k =
+    Linear([Σ a_k · (x, y), Σ a_k · F]) (expected image coordinates in [-1, 1] and the attended
+    features). Images [B, 3, S, S] -> tokens [B, K, width]."""
+
+    def __init__(self, width: int, keypoints: int):
+        super().__init__()
+        c1, c2 = max(width // 4, 16), max(width // 2, 32)
+        self.convs = nn.Sequential(
+            nn.Conv2d(3, c1, 5, stride=2, padding=2),
+            nn.GroupNorm(8, c1),
+            nn.GELU(),
+            nn.Conv2d(c1, c2, 3, stride=2, padding=1),
+            nn.GroupNorm(8, c2),
+            nn.GELU(),
+            nn.Conv2d(c2, c2, 3, padding=1),
+            nn.GroupNorm(8, c2),
+            nn.GELU(),
+        )
+        self.attention = nn.Conv2d(c2, keypoints, 1)
+        self.proj = nn.Linear(c2 + 2, width)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        f = self.convs(images)  # [B, c, h, w]
+        h, w = f.shape[-2:]
+        a = self.attention(f).flatten(2).softmax(-1)  # [B, K, h·w]
+        ys = torch.linspace(-1.0, 1.0, h, dtype=f.dtype, device=f.device)
+        xs = torch.linspace(-1.0, 1.0, w, dtype=f.dtype, device=f.device)
+        grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1).view(h * w, 2)
+        feats = torch.cat([a @ grid, a @ f.flatten(2).transpose(1, 2)], dim=-1)  # [B, K, 2 + c]
+        return self.proj(feats)
+
+
 class HoverflyVLA(nn.Module):
     """Compact π0-style VLA. See the module docstring for the batch layout and conventions.
 
@@ -125,9 +159,13 @@ class HoverflyVLA(nn.Module):
         c = self.config = config
         d, de, hd = c.d_model, c.expert_width, c.head_dim
         n_cam = len(c.cameras)
-        # vision: patchify + transformer, shared across cameras; camera embedding added after
-        self.patch_embed = nn.Conv2d(3, d, kernel_size=c.patch_size, stride=c.patch_size)
-        self.patch_pos = nn.Parameter(torch.zeros(c.patches_per_camera, d))
+        # vision: image tokens (ViT patches or CNN keypoints, each with a learned embedding) +
+        # transformer, shared across cameras; camera embedding added after
+        if c.vision_encoder == "cnn":
+            self.keypoint_stem = _KeypointStem(d, c.keypoints)
+        else:
+            self.patch_embed = nn.Conv2d(3, d, kernel_size=c.patch_size, stride=c.patch_size)
+        self.patch_pos = nn.Parameter(torch.zeros(c.image_tokens, d))
         self.vision_blocks = nn.ModuleList(
             _Block(d, c.n_heads, hd, c.mlp_ratio) for _ in range(c.vision_layers)
         )
@@ -167,7 +205,7 @@ class HoverflyVLA(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.trunc_normal_(module.weight, std=0.02, generator=generator)
-            elif isinstance(module, nn.LayerNorm):
+            elif isinstance(module, nn.LayerNorm | nn.GroupNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
         for p in (self.patch_pos, self.camera_embed, self.token_pos, self.action_pos):
@@ -205,7 +243,11 @@ class HoverflyVLA(nn.Module):
         b = self._check_obs(obs)
         n_cam = len(c.cameras)
         images = obs["images"].to(self.patch_pos.dtype).flatten(0, 1)  # [B·C, 3, S, S]
-        x = self.patch_embed(images).flatten(2).transpose(1, 2) + self.patch_pos  # [B·C, N, d]
+        if c.vision_encoder == "cnn":
+            x = self.keypoint_stem(images)  # [B·C, N, d]
+        else:
+            x = self.patch_embed(images).flatten(2).transpose(1, 2)
+        x = x + self.patch_pos
         for block in self.vision_blocks:
             x, _ = block(x, None)
         x = self.vision_norm(x).view(b, n_cam, -1, c.d_model) + self.camera_embed[None, :, None]

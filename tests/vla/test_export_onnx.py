@@ -21,14 +21,14 @@ from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
 FILES = ["denoise_step.onnx", "prefix.onnx", "processor.json", "vla_onnx.json"]
 
 
-def _checkpoint(path):
-    model = HoverflyVLA(TEST, torch.Generator().manual_seed(0))
+def _checkpoint(path, config=TEST):
+    model = HoverflyVLA(config, torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(1)
     stats = compute_norm_stats(
-        torch.randn(10, TEST.proprio_dim, generator=g),
-        torch.randn(10, TEST.chunk_size, TEST.action_dim, generator=g),
+        torch.randn(10, config.proprio_dim, generator=g),
+        torch.randn(10, config.chunk_size, config.action_dim, generator=g),
     )
-    return save_checkpoint(path, model, HoverflyVLAProcessor(TEST, stats)), model
+    return save_checkpoint(path, model, HoverflyVLAProcessor(config, stats)), model
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,16 @@ def test_onnx_loop_matches_torch_sampler(exported, batch):
     np.testing.assert_allclose(keys, cache.keys.numpy(), atol=1e-5)
     np.testing.assert_allclose(pooled, cache.pooled.numpy(), atol=1e-5)
     np.testing.assert_array_equal(mask, cache.mask.numpy())
+
+
+def test_cnn_encoder_exports_with_parity(tmp_path):
+    """The CNN-keypoint encoder (conv, group norm, spatial softmax) exports too; the exporter's
+    own parity check compares ONNX Runtime's Euler loop with torch's on held inputs."""
+    config = TEST.replace(vision_encoder="cnn", image_size=64)
+    ckpt, _ = _checkpoint(tmp_path / "ckpt", config)
+    result = export_vla_onnx(ckpt, tmp_path / "out")
+    assert 0.0 <= result["max_abs_error"] < 1e-4
+    onnx.checker.check_model(onnx.load(tmp_path / "out" / "prefix.onnx"), full_check=True)
 
 
 def test_invalid_checkpoint_raises(tmp_path):

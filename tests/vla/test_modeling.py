@@ -13,8 +13,9 @@ import torch
 
 from tests.vla import make_batch, observation
 from vla.configuration_hoverfly_vla import BASE, PRESETS, SMALL, TEST, HoverflyVLAConfig
-from vla.modeling_hoverfly_vla import HoverflyVLA, num_parameters
+from vla.modeling_hoverfly_vla import HoverflyVLA, _KeypointStem, num_parameters
 
+CNN = TEST.replace(vision_encoder="cnn", image_size=64)
 GOLDEN = Path(__file__).parent / "data" / "golden_sample_actions.json"
 
 
@@ -50,10 +51,22 @@ def test_config_key_errors():
         HoverflyVLAConfig.from_dict(data)
 
 
+def test_config_without_later_fields_is_the_vit_it_was_written_for():
+    """config.json files written before the CNN encoder existed lack its fields: they load as the
+    ViT they describe."""
+    data = CNN.to_dict()
+    del data["vision_encoder"], data["keypoints"]
+    old = HoverflyVLAConfig.from_dict(data)
+    assert old.vision_encoder == "vit" and old.image_tokens == (64 // 8) ** 2
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
         ({"patch_size": 7}, "patch_size"),
+        ({"vision_encoder": "resnet"}, "vision_encoder"),
+        ({"vision_encoder": "cnn", "image_size": 30, "patch_size": 5}, "image_size"),
+        ({"vision_encoder": "cnn", "keypoints": 0}, "keypoints"),
         ({"n_heads": 5}, "n_heads"),
         ({"n_action_steps": 99}, "n_action_steps"),
         ({"expert_layers": 4, "prefix_layers": 6}, "expert_layers"),
@@ -78,9 +91,10 @@ def test_init_is_deterministic_given_generator():
     assert not torch.equal(a["action_out.weight"], _model(4).state_dict()["action_out.weight"])
 
 
-def test_shapes():
-    c, b = TEST, 3
-    model = _model()
+@pytest.mark.parametrize("c", [TEST, CNN], ids=["vit", "cnn"])
+def test_shapes(c):
+    b = 3
+    model = _model(config=c)
     batch = make_batch(c, b)
     obs = observation(batch)
     cache = model.embed_prefix(obs)
@@ -94,6 +108,39 @@ def test_shapes():
     assert model.value(obs).shape == (b,)
     loss = model.flow_matching_loss(batch)
     assert loss.shape == () and torch.isfinite(loss)
+    loss.backward()
+    stem = model.keypoint_stem.convs[0] if c.vision_encoder == "cnn" else model.patch_embed
+    assert stem.weight.grad.abs().sum() > 0
+
+
+def test_keypoint_stem_locates_a_two_pixel_object():
+    """The CNN encoder's purpose: a 2×2 px red square anywhere in a 64 px image, its position
+    read from the keypoint tokens by a linear head after 300 steps, to within 2 px on unseen
+    images (1.3 px here; a linear patch embedding in its place stays ~14 px off; about 10 s on
+    2 CPU cores)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+
+    def images(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.full((n, 3, 64, 64), -0.2)
+        x += 0.1 * torch.randn(x.shape, generator=g)
+        ij = torch.randint(4, 58, (n, 2), generator=g)
+        for k, (i, j) in enumerate(ij.tolist()):
+            x[k, :, i : i + 2, j : j + 2] = torch.tensor([0.9, -0.8, -0.8])[:, None, None]
+        return x, (ij.flip(-1).float() + 0.5) / 31.5 - 1.0  # centre (x, y) in [-1, 1]
+
+    stem, head = _KeypointStem(64, 8), torch.nn.Linear(64, 2)
+    opt = torch.optim.Adam([*stem.parameters(), *head.parameters()], 1e-2)
+    for _ in range(300):
+        x, xy = images(32)
+        loss = (head(stem(x).mean(1)) - xy).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, xy = images(256)
+    with torch.no_grad():
+        err_px = (head(stem(x).mean(1)) - xy).abs().mean() * 31.5
+    assert err_px < 2.0, err_px
 
 
 def test_bad_observation_shapes_raise():
