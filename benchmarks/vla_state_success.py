@@ -13,7 +13,9 @@ as there): the policy's success on the scenes it was trained on, against held-ou
 noise, the same for every noise seed) and `--action-steps K` executes K actions of each chunk
 instead of the model's `n_action_steps`. `failures` says where the failed episodes ended: the
 tool never reached the cube, reached it but the cube lies on the table at the end (a missed or
-lost grasp), or the cube is held up but off the goal.
+lost grasp), or the cube is held up but off the goal. `by_cube_x` is the success by the cube's
+start distance from the robot: the near, middle and far thirds of the env's cube range along x
+(the wrist camera loses a near cube when the tool overshoots it).
 
   python benchmarks/vla_state_success.py SFT/checkpoints/step_00015000 --out F.json
 
@@ -49,8 +51,9 @@ def main(argv: list[str] | None = None) -> dict:
     from sim_throughput import emit_json
 
     from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint
+    from vla.collect import collect_arm_config
     from vla.dataset import LeRobotDataset
-    from vla.sft import _evaluate
+    from vla.sft import _collect_config, _evaluate
 
     ckpt = resolve_checkpoint(args.checkpoint)
     model, processor = load_checkpoint(ckpt, torch.device(args.device))
@@ -78,6 +81,11 @@ def main(argv: list[str] | None = None) -> dict:
     failed = ok == 0
     per_state = ok.mean(0)
     overall = float(ok.mean())
+    arm = collect_arm_config(_collect_config(env_info)).init
+    lo, hi = arm.cube_center[0] - arm.cube_range, arm.cube_center[0] + arm.cube_range
+    edges = [lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3]
+    band = np.digitize(np.array(runs[0]["cube_start"])[:, 0], edges)  # 0 near, 1 middle, 2 far
+    bands = [(name, band == i) for i, name in enumerate(("near", "middle", "far"))]
     by_goal = collections.defaultdict(list)
     for text, rate in zip(runs[0]["instructions"], per_state, strict=True):
         by_goal[text.split()[-2]].append(rate)  # "... on the <goal> target"
@@ -96,6 +104,9 @@ def main(argv: list[str] | None = None) -> dict:
         "never_if_independent": round(args.states * (1 - overall) ** args.noise_seeds, 2),
         "by_goal": {g: round(float(np.mean(v)), 3) for g, v in sorted(by_goal.items())},
         "episodes_per_goal": {g: len(v) * args.noise_seeds for g, v in sorted(by_goal.items())},
+        "by_cube_x": {n: round(float(per_state[m].mean()), 3) for n, m in bands if m.any()},
+        "episodes_per_cube_x": {n: int(m.sum()) * args.noise_seeds for n, m in bands},
+        "cube_x_edges_m": [round(e, 4) for e in edges],
         "noise_scale": args.noise_scale,
         "action_steps": args.action_steps or model.config.n_action_steps,
         "failures": {

@@ -590,7 +590,8 @@ def _evaluate(
     is still there `hold_steps` steps later (or at the time limit). Where the episodes end (after
     the last executed chunk): `end_cube_lifted` [episodes] (the cube ≥ 1 cm above its resting
     height), `end_cube_goal_m` [episodes] and `reached_cube` [episodes] (the tool came within
-    the env's reach radius of the cube at some step)."""
+    the env's reach radius of the cube at some step); where they began: `cube_start`
+    [episodes, 3] (m)."""
     import jax
     import jax.numpy as jnp
 
@@ -616,6 +617,8 @@ def _evaluate(
         episodes = len(seeds)
         state = reset(jax.vmap(jax.random.key)(jnp.asarray(seeds)))
     dead = jnp.zeros(episodes)
+    qpos = np.asarray(jax.device_get(state.data.physics.qpos))
+    cube_start = qpos[:, arm.index.cube_qpos : arm.index.cube_qpos + 3]
     noise_gen = torch.Generator(model.patch_pos.device).manual_seed(
         int(jax.random.randint(key_policy, (), 0, 2**31 - 1))
     )
@@ -651,6 +654,7 @@ def _evaluate(
         "end_cube_lifted": (cube[:, 2] - np.asarray(data.params.cube_half_size) >= 0.01).tolist(),
         "end_cube_goal_m": np.linalg.norm(cube - np.asarray(data.goal), axis=1).tolist(),
         "reached_cube": (np.asarray(data.reached) > 0).tolist(),
+        "cube_start": cube_start.tolist(),
     }
     return out | end | {"instructions": texts, "goals": goals.tolist(), "seconds": seconds}
 

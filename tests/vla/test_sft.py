@@ -290,6 +290,9 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     assert all("cube and place it on the" in t for t in result["instructions"])
     assert len(result["end_cube_goal_m"]) == 4 and min(result["end_cube_goal_m"]) > 0
     assert not any(result["end_cube_lifted"])  # 12 steps are too few to grasp and lift
+    start = np.asarray(result["cube_start"])  # on the table, in the start area around (0.5, 0)
+    assert start.shape == (4, 3) and np.all(np.abs(start[:, :2] - [0.5, 0.0]) < 0.15)
+    assert np.all((start[:, 2] > 0) & (start[:, 2] < 0.05)) and len(np.unique(start[:, 0])) == 4
     # from zero noise the Euler sampler is deterministic: the flow-noise seed no longer matters
     same = dict(episodes=4, max_steps=12, compiler_options=FAST_COMPILE, reset_seeds=[3, 4, 5, 6])
     ode = [evaluate_closed_loop(ckpt, seed=s, noise_scale=0.0, **same) for s in (0, 1)]
