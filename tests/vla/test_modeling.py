@@ -115,9 +115,9 @@ def test_shapes(c):
 
 def test_keypoint_stem_locates_a_two_pixel_object():
     """The CNN encoder's purpose: a 2×2 px red square anywhere in a 64 px image, its position
-    read from the keypoint tokens by a linear head after 300 steps, to within 2 px on unseen
-    images (1.3 px here; a linear patch embedding in its place stays ~14 px off; about 10 s on
-    2 CPU cores)."""
+    read from the keypoint tokens by a linear head after 200 steps, to within 2.5 px on unseen
+    images (1.6 px here; a linear patch embedding in its place stays ~14 px off; about 7 s on
+    one CPU core)."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
 
@@ -129,9 +129,9 @@ def test_keypoint_stem_locates_a_two_pixel_object():
             x[k, :, i : i + 2, j : j + 2] = torch.tensor([0.9, -0.8, -0.8])[:, None, None]
         return x, (ij.flip(-1).float() + 0.5) / 31.5 - 1.0  # centre (x, y) in [-1, 1]
 
-    stem, head = _KeypointStem(64, 8), torch.nn.Linear(64, 2)
+    stem, head = _KeypointStem(64, 4), torch.nn.Linear(64, 2)
     opt = torch.optim.Adam([*stem.parameters(), *head.parameters()], 1e-2)
-    for _ in range(300):
+    for _ in range(200):
         x, xy = images(32)
         loss = (head(stem(x).mean(1)) - xy).pow(2).mean()
         opt.zero_grad()
@@ -140,7 +140,7 @@ def test_keypoint_stem_locates_a_two_pixel_object():
     x, xy = images(256)
     with torch.no_grad():
         err_px = (head(stem(x).mean(1)) - xy).abs().mean() * 31.5
-    assert err_px < 2.0, err_px
+    assert err_px < 2.5, err_px
 
 
 def test_bad_observation_shapes_raise():
