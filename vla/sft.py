@@ -617,8 +617,8 @@ def _evaluate(
         episodes = len(seeds)
         state = reset(jax.vmap(jax.random.key)(jnp.asarray(seeds)))
     dead = jnp.zeros(episodes)
-    qpos = np.asarray(jax.device_get(state.data.physics.qpos))
-    cube_start = qpos[:, arm.index.cube_qpos : arm.index.cube_qpos + 3]
+    cube_xyz = slice(arm.index.cube_qpos, arm.index.cube_qpos + 3)  # of qpos
+    cube_start = np.asarray(state.data.physics.qpos)[:, cube_xyz]
     noise_gen = torch.Generator(model.patch_pos.device).manual_seed(
         int(jax.random.randint(key_policy, (), 0, 2**31 - 1))
     )
@@ -649,7 +649,7 @@ def _evaluate(
     out = _summarize(success, done, reward, ccfg.hold_steps, t_max)
     seconds = time.perf_counter() - start
     data = jax.device_get(state.data)
-    cube = np.asarray(data.physics.qpos)[:, arm.index.cube_qpos : arm.index.cube_qpos + 3]
+    cube = np.asarray(data.physics.qpos)[:, cube_xyz]
     end = {
         "end_cube_lifted": (cube[:, 2] - np.asarray(data.params.cube_half_size) >= 0.01).tolist(),
         "end_cube_goal_m": np.linalg.norm(cube - np.asarray(data.goal), axis=1).tolist(),
