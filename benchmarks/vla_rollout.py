@@ -41,12 +41,12 @@ def main(argv: list[str] | None = None) -> dict:
     import jax.numpy as jnp
     import torch
 
-    from vla.collect import STATE_FIELDS, CollectConfig
+    from vla.collect import STATE_FIELDS, CollectConfig, collect_config_from_info
     from vla.configuration_hoverfly_vla import PRESETS
     from vla.modeling_hoverfly_vla import HoverflyVLA, num_parameters
     from vla.processor_hoverfly_vla import HoverflyVLAProcessor
     from vla.rl import _rollout
-    from vla.sft import _collect_config, _compiled_env
+    from vla.sft import _compiled_env
 
     if args.device == "cpu":  # JAX's thread pool shares the cores: spinning OpenMP threads stall
         torch.set_num_threads(1)
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
             wall = time.perf_counter() - start
             chunks = n * ro.logp.shape[1]
             # peer: the simulator alone, the same chunks
-            env, reset, execute = _compiled_env(_collect_config(env_info), k, ())
+            env, reset, execute = _compiled_env(collect_config_from_info(env_info), k, ())
             state = reset(jax.random.split(jax.random.key(2), n))
             dead, zeros = jnp.zeros(n), jnp.zeros((k, n, env.action_size))
             jax.block_until_ready(execute(state, dead, zeros))

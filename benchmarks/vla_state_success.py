@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> dict:
     from sim_throughput import emit_json
 
     from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint
-    from vla.collect import collect_arm_config
+    from vla.collect import collect_arm_config, collect_config_from_info
     from vla.dataset import LeRobotDataset
-    from vla.sft import _collect_config, _evaluate
+    from vla.sft import _evaluate
 
     ckpt = resolve_checkpoint(args.checkpoint)
     model, processor = load_checkpoint(ckpt, torch.device(args.device))
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     failed = ok == 0
     per_state = ok.mean(0)
     overall = float(ok.mean())
-    arm = collect_arm_config(_collect_config(env_info)).init
+    arm = collect_arm_config(collect_config_from_info(env_info)).init
     lo, hi = arm.cube_center[0] - arm.cube_range, arm.cube_center[0] + arm.cube_range
     edges = [lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3]
     band = np.digitize(np.array(runs[0]["cube_start"])[:, 0], edges)  # 0 near, 1 middle, 2 far

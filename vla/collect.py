@@ -125,6 +125,10 @@ class CollectConfig:
     """Cube colours, cycled over the recorded episodes."""
     shadows: bool = False
     """Render shadows (about 5× slower in software OpenGL)."""
+    wrist_camera: Literal["down", "forward"] = "down"
+    """The wrist camera of the recorded images (`sim.manipulator.model.WRIST_CAMERAS`); policies
+    trained on the dataset see it in the simulator too. Rendering only: a VLA expert keeps its
+    own, and the same seed and settings on the same machine record the same episodes."""
     expert: str = "scripted"
     """"scripted" (`sim.manipulator.make_scripted_base`), or a `hoverfly vla residual` run folder:
     its frozen VLA plus its trained residual (`vla.residual.make_expert_rollout`), so that a VLA
@@ -145,6 +149,22 @@ class CollectConfig:
             raise ValueError(f"video images need an even size, got {self.image_size}")
         if self.expert != "scripted" and not (Path(self.expert) / "config.json").is_file():
             raise ValueError(f"expert: {self.expert!r} is neither 'scripted' nor a run folder")
+
+
+def collect_config_from_info(env_info: dict[str, Any] | None) -> CollectConfig:
+    """The collect settings of a dataset's meta/info.json "hoverfly" section (as a checkpoint's
+    train_state keeps it): the env its episodes ran in. Settings added after a dataset was
+    written take their defaults, except `goals`: datasets from before the named targets had
+    random goals. Raises `DatasetError` when there are none."""
+    from vla.dataset import DatasetError
+
+    if not isinstance(env_info, dict) or "collect" not in env_info:
+        raise DatasetError('meta/info.json: hoverfly: no "collect" settings to rebuild the env')
+    raw = dict(env_info["collect"])
+    raw.setdefault("goals", "random")
+    names = {f.name for f in dataclasses.fields(CollectConfig)}
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
+    return CollectConfig(**kwargs)
 
 
 def collect_arm_config(config: CollectConfig) -> ArmConfig:
@@ -374,7 +394,7 @@ def collect(
     h, w = config.image_size
     bar = _progress(progress, config.episodes)
     with (
-        CameraRenderer(env, config.cameras, h, w) as renderer,
+        CameraRenderer(env, config.cameras, h, w, config.wrist_camera) as renderer,
         Writer(out, _features(config), fps, "franka_panda", overwrite, info=info) as writer,
         bar,
     ):
@@ -458,6 +478,7 @@ __all__ = [
     "CollectConfig",
     "collect",
     "collect_arm_config",
+    "collect_config_from_info",
     "episode_length",
     "goal_region",
     "instruction",

@@ -139,7 +139,8 @@ class _Planner:
         """[N, H, W · cams, 3] uint8, each cube in its colour (as `vla.sft._render`)."""
         if self._renderer is None:
             h, w = self.ccfg.image_size
-            self._renderer = manipulator.CameraRenderer(self.env, self.model.config.cameras, h, w)
+            cams, camera = self.model.config.cameras, self.ccfg.wrist_camera
+            self._renderer = manipulator.CameraRenderer(self.env, cams, h, w, camera)
             if not self.ccfg.shadows:
                 self._renderer.model.light_castshadow[:] = 0
         r = self._renderer
@@ -194,12 +195,11 @@ def make_vla_base(
     Returns a `BasePolicy` with `needs_state`: init(state) -> `VLABaseCarry` (colour drawn from
     the reset key), apply(obs [O], carry, state) -> (action [A] in [-1, 1], carry), pure JAX
     (a `jax.pure_callback`; jit and vmap it). Raises `ValueError` for an env it cannot drive."""
-    from vla.collect import state_index
-    from vla.sft import _collect_config
+    from vla.collect import collect_config_from_info, state_index
 
     path = Path(checkpoint_dir)
     env_info = _env_info(path) if env_info is None else env_info
-    ccfg = _collect_config(env_info)
+    ccfg = collect_config_from_info(env_info)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     manipulator.setup_gl()  # probes EGL in a child process: before XLA calls back
     model, processor = load_checkpoint(path, device)
@@ -260,11 +260,10 @@ register_base("vla", _registered_vla_base)
 # -- training ------------------------------------------------------------------------------------
 def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
     """The `algos` TrainConfig of a VLA residual run (saved as the run's config.json)."""
-    from vla.collect import collect_arm_config
-    from vla.sft import _collect_config
+    from vla.collect import collect_arm_config, collect_config_from_info
 
     ckpt = resolve_checkpoint(cfg.checkpoint).resolve()
-    ccfg = _collect_config(_env_info(ckpt))
+    ccfg = collect_config_from_info(_env_info(ckpt))
     if not ccfg.randomize:
         raise ValueError(
             f"{ckpt}: its demonstrations were collected without domain randomization; a residual "

@@ -83,7 +83,6 @@ from vla.sft import (
     _EVAL_COLUMNS,
     _all_finished,
     _append_csv,
-    _collect_config,
     _compiled_env,
     _evaluate,
     _progress,
@@ -295,10 +294,17 @@ def _rollout(
     import jax.numpy as jnp
 
     from sim.manipulator import CameraRenderer, setup_gl
-    from vla.collect import COLOURS, episode_length, goal_region, instruction, state_index
+    from vla.collect import (
+        COLOURS,
+        collect_config_from_info,
+        episode_length,
+        goal_region,
+        instruction,
+        state_index,
+    )
 
     setup_gl()
-    ccfg = _collect_config(env_info)
+    ccfg = collect_config_from_info(env_info)
     c = model.config
     k, t_max = c.n_action_steps, ccfg.max_steps if max_steps is None else max_steps
     env, reset, execute = _compiled_env(ccfg, k, compiler_options)
@@ -332,7 +338,7 @@ def _rollout(
         seconds[part] += now - clock
         clock = now
 
-    with CameraRenderer(env, c.cameras, h, w) as renderer:
+    with CameraRenderer(env, c.cameras, h, w, ccfg.wrist_camera) as renderer:
         if not ccfg.shadows:
             renderer.model.light_castshadow[:] = 0
         t = 0

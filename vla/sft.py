@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import dataclasses
 import functools
 import json
 import math
@@ -520,18 +519,6 @@ def evaluate_closed_loop(
     )  # fmt: skip
 
 
-def _collect_config(env_info: dict[str, Any] | None):
-    from vla.collect import CollectConfig
-
-    if not isinstance(env_info, dict) or "collect" not in env_info:
-        raise DatasetError('meta/info.json: hoverfly: no "collect" settings to rebuild the env')
-    raw = dict(env_info["collect"])
-    raw.setdefault("goals", "random")  # datasets written before the named targets had random goals
-    names = {f.name for f in dataclasses.fields(CollectConfig)}
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in names}
-    return CollectConfig(**kwargs)
-
-
 @functools.cache
 def _compiled_env(config, k: int, options: tuple) -> tuple[Any, Any, Any]:
     """(env, jit(vmap(reset)), jit(execute)) for a collect config; execute(state, dead, actions
@@ -596,11 +583,11 @@ def _evaluate(
     import jax.numpy as jnp
 
     from sim.manipulator import CameraRenderer, setup_gl
-    from vla.collect import goal_region, instruction, state_index
+    from vla.collect import collect_config_from_info, goal_region, instruction, state_index
 
     setup_gl()
     start = time.perf_counter()
-    ccfg = _collect_config(env_info)
+    ccfg = collect_config_from_info(env_info)
     c = model.config
     t_max = ccfg.max_steps if max_steps is None else int(max_steps)
     k = c.n_action_steps if action_steps is None else int(action_steps)
@@ -631,7 +618,7 @@ def _evaluate(
     (h, w), cams = ccfg.image_size, c.cameras
     look = (colours, arm.index.cube_geom)
     success, done, reward = [], [], []
-    with CameraRenderer(env, cams, h, w) as renderer:
+    with CameraRenderer(env, cams, h, w, ccfg.wrist_camera) as renderer:
         if not ccfg.shadows:
             renderer.model.light_castshadow[:] = 0
         t = 0

@@ -23,12 +23,19 @@ import numpy as np
 
 PANDA_XML = Path(__file__).parent / "assets" / "panda.xml"
 SCENE_NAMES = ("table", "cube", "cube_joint", "goal", "front", "wrist")
-WRIST_CAMERA_POS = (-0.07, 0.0, -0.085)
-"""Wrist camera position in the end-effector site's frame (z = tool axis), m: behind the tool
-centre point, beside the fingers (on our Panda in its home pose: on the robot's side, so the
-camera faces the workspace)."""
-WRIST_CAMERA_TARGET = (0.0, 0.0, 0.1)
-"""Point on the tool axis, in the site's frame, that the wrist camera looks at, m."""
+WRIST_CAMERAS = {
+    "down": ((-0.07, 0.0, -0.085), (0.0, 0.0, 0.1), 75.0),
+    "forward": ((-0.12, 0.0, -0.04), (0.05, 0.0, 0.03), 75.0),
+}
+"""The wrist cameras: (position, point looked at) in the end-effector site's frame (z = tool axis;
+on our Panda in its home pose x points away from the base, so the camera sits on the robot's side
+and faces the workspace), m, and the vertical field of view, degrees; image up is towards the tool
+axis. The scene has "down"; `CameraRenderer(wrist_camera=...)` draws any of them.
+- "down": 8.5 cm above and 7 cm behind the tool centre point, looking down past the fingers at a
+  point 10 cm beyond it; the fingers sit at the image's top edge. Once the tool is low, the hand
+  hides the table ahead of the fingers: a cube the tool stops short of leaves the image.
+- "forward": 4 cm above and 12 cm behind the tool centre point, looking forwards and down past it;
+  the gap between the fingers sits in the upper third, the table ahead of them above it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,21 +157,38 @@ def build_model(config: SceneConfig) -> mujoco.MjModel:
 
 
 def _add_wrist_camera(spec: mujoco.MjSpec, ee_site: str) -> None:
-    """Adds camera "wrist" to the body that carries `ee_site`, at `WRIST_CAMERA_POS` looking at
-    `WRIST_CAMERA_TARGET` (site frame), image up towards the tool axis. The site's pose in its body
-    is read from a first compile, which resolves any frame or orientation form the MJCF uses."""
+    """Adds camera "wrist" ("down" of `WRIST_CAMERAS`) to the body that carries `ee_site`. The
+    site's pose in its body is read from a first compile, which resolves any frame or orientation
+    form the MJCF uses."""
     site = spec.site(ee_site)
     if site is None:  # index_model reports the missing site
         return
     m = spec.compile()
     sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, ee_site)
+    pos, quat, fovy = wrist_camera_pose(m.site_pos[sid], m.site_quat[sid], "down")
+    site.parent.add_camera(name="wrist", pos=pos, quat=quat, fovy=fovy)
+
+
+def wrist_camera_pose(
+    site_pos: np.ndarray, site_quat: np.ndarray, camera: str
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(position [3], quaternion [4] (w first), fovy) in the site's body of the wrist camera
+    `camera` of `WRIST_CAMERAS`, for the end-effector site at `site_pos`, `site_quat` in that
+    body. ValueError for an unknown camera."""
+    if camera not in WRIST_CAMERAS:
+        raise ValueError(f"wrist camera {camera!r} is not one of {list(WRIST_CAMERAS)}")
+    cam_pos, cam_target, fovy = WRIST_CAMERAS[camera]
     rot = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, m.site_quat[sid])
+    mujoco.mju_quat2Mat(rot, np.asarray(site_quat, np.float64))
     rot = rot.reshape(3, 3)
-    pos = m.site_pos[sid] + rot @ WRIST_CAMERA_POS
-    target = m.site_pos[sid] + rot @ WRIST_CAMERA_TARGET
-    up = rot @ (-WRIST_CAMERA_POS[0], -WRIST_CAMERA_POS[1], 0.0)  # towards the tool axis
-    site.parent.add_camera(name="wrist", pos=pos, xyaxes=_look_at(pos, target, up), fovy=75.0)
+    pos = site_pos + rot @ cam_pos
+    target = site_pos + rot @ cam_target
+    up = rot @ (-cam_pos[0], -cam_pos[1], 0.0)  # towards the tool axis
+    xyaxes = np.reshape(_look_at(pos, target, up), (2, 3))
+    frame = np.stack([xyaxes[0], xyaxes[1], np.cross(xyaxes[0], xyaxes[1])], axis=1)
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, frame.reshape(-1))
+    return pos, quat, fovy
 
 
 def _has_name(spec: mujoco.MjSpec, name: str) -> bool:

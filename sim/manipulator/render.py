@@ -28,6 +28,7 @@ import numpy as np
 
 from sim.env import Env, State
 from sim.manipulator.env import ArmEnv
+from sim.manipulator.model import wrist_camera_pose
 from sim.wrappers import batch_where
 
 GL_BACKENDS = ("egl", "osmesa")
@@ -96,7 +97,9 @@ class CameraRenderer:
     `camera` names one camera of the scene ("front", "wrist") or a sequence of them, drawn side by
     side: images are [height, width · cameras, 3] uint8. Holds a GL context and its own copy of
     the env's `mujoco.MjModel` (the cube's size is set per image; the robot's sites are hidden,
-    the goal marker is shown); free them with `close()` or use the renderer as a context manager.
+    the goal marker is shown; the "wrist" camera is `wrist_camera` of
+    `sim.manipulator.model.WRIST_CAMERAS`); free them with `close()` or use the renderer as a
+    context manager.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class CameraRenderer:
         camera: str | Sequence[str] = "front",
         height: int = 240,
         width: int = 320,
+        wrist_camera: str = "down",
     ):
         arm = env.unwrapped
         if not isinstance(arm, ArmEnv):
@@ -120,6 +124,12 @@ class CameraRenderer:
         m.vis.global_.offheight = max(height, m.vis.global_.offheight)
         m.vis.quality.shadowsize = min(SHADOW_SIZE, m.vis.quality.shadowsize)
         m.site_group[np.arange(m.nsite) != m.site("goal").id] = 5  # robot markers: group not drawn
+        pose = wrist_camera_pose(
+            m.site_pos[arm.index.ee_site], m.site_quat[arm.index.ee_site], wrist_camera
+        )
+        if wrist_camera != "down":  # the scene's own
+            cid = m.camera("wrist").id
+            m.cam_pos[cid], m.cam_quat[cid], m.cam_fovy[cid] = pose
         self._cube_geom = arm.index.cube_geom
         self._data = mujoco.MjData(m)
         self._option = mujoco.MjvOption()

@@ -17,6 +17,7 @@ from vla.collect import (
     TARGETS,
     CollectConfig,
     collect,
+    collect_config_from_info,
     episode_length,
     goal_region,
     instruction,
@@ -115,6 +116,23 @@ def test_episode_replays_from_its_reset_seed(dataset):
     )
     np.testing.assert_allclose(traj["action"][: e.length, 0], ep["action"], atol=1e-5)
     np.testing.assert_array_equal(traj["success"][e.length - 1, 0] > 0, True)
+
+
+def test_forward_wrist_camera_records_the_same_episodes(dataset, tmp_path):
+    """The wrist camera is rendering only: the fixture's seed with the "forward" camera records
+    the same episodes, front images and all; only the wrist images change, and the settings
+    that rebuild the env for the dataset's policies name the camera."""
+    root = make_test_dataset(tmp_path / "fwd", EPISODES, SIZE, seed=0, wrist_camera="forward")
+    fwd = LeRobotDataset(root)
+    info = fwd.info["hoverfly"]
+    assert collect_config_from_info(info).wrist_camera == "forward"
+    assert collect_config_from_info(dataset.info["hoverfly"]).wrist_camera == "down"
+    for e in dataset.episodes:
+        a, b = dataset.episode(e.index), fwd.episode(e.index)
+        for key in ("observation.environment_state", "action", "observation.images.front"):
+            np.testing.assert_array_equal(a[key], b[key])
+        wrist = [x["observation.images.wrist"].astype(int) for x in (a, b)]
+        assert np.abs(wrist[0] - wrist[1]).mean() > 10
 
 
 def test_keep_failures_and_overwrite(dataset, tmp_path):

@@ -299,6 +299,14 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     noisy = [evaluate_closed_loop(ckpt, seed=s, **same) for s in (0, 1)]
     assert ode[0]["mean_return"] == ode[1]["mean_return"]
     assert noisy[0]["mean_return"] != noisy[1]["mean_return"]
+    # the policy sees the wrist camera its dataset recorded: other images, other actions
+    fwd = tmp_path / "fwd"
+    shutil.copytree(data, fwd)
+    info = json.loads((fwd / "meta" / "info.json").read_text())
+    info["hoverfly"]["collect"]["wrist_camera"] = "forward"
+    (fwd / "meta" / "info.json").write_text(json.dumps(info))
+    seen = evaluate_closed_loop(ckpt, seed=0, noise_scale=0.0, dataset=fwd, **same)
+    assert seen["mean_return"] != ode[0]["mean_return"]
     with pytest.raises(ValueError, match="action_steps"):
         evaluate_closed_loop(ckpt, action_steps=99, **same)
     # reset_seeds replays the dataset's episodes: same goals, colours and instructions
@@ -334,13 +342,12 @@ def test_final_evaluation_is_the_trainings_own(data, tmp_path):
 
 
 def test_env_settings_of_datasets_before_the_named_targets():
-    from vla.collect import CollectConfig, make_collect_env
-    from vla.sft import _collect_config
+    from vla.collect import CollectConfig, collect_config_from_info, make_collect_env
 
     old = {"collect": {"episodes": 4, "image_size": [32, 32]}}  # no "goals": random goals
-    assert _collect_config(old).goals == "random"
-    assert _collect_config({"collect": {"goals": "targets"}}).goals == "targets"
+    assert collect_config_from_info(old).goals == "random"
+    assert collect_config_from_info({"collect": {"goals": "targets"}}).goals == "targets"
     env = make_collect_env(CollectConfig(goals="random")).unwrapped
     assert env.config.init.goal_targets == ()
     with pytest.raises(DatasetError, match="collect"):
-        _collect_config({"state_fields": []})
+        collect_config_from_info({"state_fields": []})

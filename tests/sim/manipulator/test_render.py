@@ -106,6 +106,22 @@ def test_wrist_camera_looks_along_the_tool_axis(tmp_path):
         np.testing.assert_allclose((d.cam_xpos[cam] - d.site_xpos[s]) @ tool, -0.085, atol=1e-9)
 
 
+def test_forward_wrist_camera_sees_a_cube_ahead_of_the_fingers(env, renderer):
+    """A cube 4 and 6 cm ahead of the tool centre point, at the fingers' height: hidden by the
+    hand from the "down" wrist camera, in view of the "forward" one."""
+    tcp = np.asarray(env.home_tcp)
+    qpos, mocap = scene(env, tcp[:2] + [[0.04, 0.0], [0.06, 0.0]])
+    qpos[:, env.index.cube_qpos + 2] = tcp[2] - 0.01
+    down = renderer.render(qpos, mocap, 0.02)[..., W:, :]
+    with CameraRenderer(env, ("front", "wrist"), H, W, wrist_camera="forward") as r:
+        both = r.render(qpos, mocap, 0.02)
+    np.testing.assert_array_equal(both[..., :W, :], renderer.render(qpos, mocap, 0.02)[..., :W, :])
+    for hidden, seen in zip(down, both[..., W:, :], strict=True):
+        assert red(hidden).sum() < 30 and red(seen).sum() > 200
+    with pytest.raises(ValueError, match="wrist camera 'side' is not one of"):
+        CameraRenderer(env, "wrist", H, W, wrist_camera="side")
+
+
 def test_unknown_camera(env):
     with pytest.raises(ValueError, match="unknown camera.*'top'.*front"):
         CameraRenderer(env, ("front", "top"), H, W)
