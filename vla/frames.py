@@ -3,6 +3,7 @@ LeRobotDatasets of a scene decoded into one pool, and model batches gathered fro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,9 +86,14 @@ _PER_COLLECTION = ("episodes", "seed", "batch_size", "max_attempts", "keep_failu
 
 
 def _scene(env_info: Any) -> Any:
-    if not isinstance(env_info, dict):
+    """The env settings of a dataset's "hoverfly" info, with the collect settings it predates at
+    their defaults (`collect_config_from_info`)."""
+    from vla.collect import collect_config_from_info
+
+    if not isinstance(env_info, dict) or "collect" not in env_info:
         return env_info
-    collect = {k: v for k, v in env_info.get("collect", {}).items() if k not in _PER_COLLECTION}
+    settings = dataclasses.asdict(collect_config_from_info(env_info)).items()
+    collect = {k: v for k, v in settings if k not in _PER_COLLECTION}
     return {k: v for k, v in env_info.items() if k != "expert"} | {"collect": collect}
 
 

@@ -257,6 +257,7 @@ def test_datasets_are_pooled_when_they_share_the_scene(data, tmp_path):
     info_path = other / "meta" / "info.json"
     info = json.loads(info_path.read_text())
     info["hoverfly"]["collect"]["seed"] += 1  # another collection of the same scene
+    del info["hoverfly"]["collect"]["wrist_camera"]  # written before the setting: its default
     info_path.write_text(json.dumps(info))
     ckpt = train_sft(_cfg((data, other), tmp_path / "two", steps=1), progress=False)
     record = json.loads((tmp_path / "two" / "sft_config.json").read_text())
@@ -271,11 +272,13 @@ def test_datasets_are_pooled_when_they_share_the_scene(data, tmp_path):
     for start in (0, n):
         np.testing.assert_array_equal(frames.images["front"][start : start + len(first)], first)
     np.testing.assert_array_equal(frames.chunks[n:], frames.chunks[:n])
-    info["hoverfly"]["collect"]["max_steps"] += 1  # another scene
-    info_path.write_text(json.dumps(info))
-    with pytest.raises(DatasetError, match="other/meta/info.json: hoverfly: differs"):
-        train_sft(_cfg((data, other), tmp_path / "bad", steps=1), progress=False)
-    assert not (tmp_path / "bad").exists()
+    collect = info["hoverfly"]["collect"]
+    for key, value in (("max_steps", 201), ("wrist_camera", "forward")):  # another scene
+        info["hoverfly"]["collect"] = collect | {key: value}
+        info_path.write_text(json.dumps(info))
+        with pytest.raises(DatasetError, match="other/meta/info.json: hoverfly: differs"):
+            train_sft(_cfg((data, other), tmp_path / "bad", steps=1), progress=False)
+        assert not (tmp_path / "bad").exists()
 
 
 def test_closed_loop_evaluation_runs(data, tmp_path):
