@@ -124,11 +124,9 @@ class CameraRenderer:
         m.vis.global_.offheight = max(height, m.vis.global_.offheight)
         m.vis.quality.shadowsize = min(SHADOW_SIZE, m.vis.quality.shadowsize)
         m.site_group[np.arange(m.nsite) != m.site("goal").id] = 5  # robot markers: group not drawn
-        pose = wrist_camera_pose(
-            m.site_pos[arm.index.ee_site], m.site_quat[arm.index.ee_site], wrist_camera
-        )
-        if wrist_camera != "down":  # the scene's own
-            cid = m.camera("wrist").id
+        if wrist_camera != "down":  # "down" is the scene's own
+            site, cid = arm.index.ee_site, m.camera("wrist").id
+            pose = wrist_camera_pose(m.site_pos[site], m.site_quat[site], wrist_camera)
             m.cam_pos[cid], m.cam_quat[cid], m.cam_fovy[cid] = pose
         self._cube_geom = arm.index.cube_geom
         self._data = mujoco.MjData(m)
