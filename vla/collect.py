@@ -34,6 +34,10 @@ meta/info.json ["hoverfly"] rebuilds, followed by the expert: reproducible), `co
 `goal_region`, `goal` [3] (world, m), `cube_half_size` (m), `attempt` (rollout number).
 meta/info.json ["hoverfly"]["expert"] counts the expert's rollouts and successes per goal region
 (all rollouts, recorded or not): the variants the recorded successes under-represent.
+
+With a `student` (DAgger-style data) the student drives from the reset until the expert takes
+over at step `takeover` (metadata); the episode's frames are the expert's, from that step on,
+and the expert's counts are over the rollouts it took over.
 """
 
 from __future__ import annotations
@@ -134,6 +138,15 @@ class CollectConfig:
     its frozen VLA plus its trained residual (`vla.residual.make_expert_rollout`), so that a VLA
     learns what RL made of it (distillation of an RL policy into the generalist: Xu et al.,
     "RLDG", 2024). The run's arm settings must be the ones this config gives."""
+    student: str | None = None
+    """A VLA checkpoint (an SFT run's checkpoint folder) that drives each episode until the
+    expert (a residual run) takes over at a step drawn from `takeover`; the expert's base plans
+    at once from the student's state, and only the expert's part is recorded. The VLA then
+    learns the expert's recoveries from the states it reaches itself (DAgger: Ross et al., 2011;
+    the expert taking over, as in HG-DAgger: Kelly et al., 2019). Episodes the student finishes
+    or ends before the takeover are not recorded."""
+    takeover: tuple[int, int] = (0, 100)
+    """First and last takeover step (uniform per episode, from its reset seed), with `student`."""
 
     def validate(self) -> None:
         if self.task != "arm-pick-place":
@@ -149,6 +162,12 @@ class CollectConfig:
             raise ValueError(f"video images need an even size, got {self.image_size}")
         if self.expert != "scripted" and not (Path(self.expert) / "config.json").is_file():
             raise ValueError(f"expert: {self.expert!r} is neither 'scripted' nor a run folder")
+        if self.student is not None:
+            if self.expert == "scripted":
+                raise ValueError("student: the expert that takes over must be a residual run")
+            lo, hi = self.takeover
+            if not 0 <= lo <= hi < self.max_steps:
+                raise ValueError(f"takeover: 0 ≤ first ≤ last < max_steps, got {self.takeover}")
 
 
 def collect_config_from_info(env_info: dict[str, Any] | None) -> CollectConfig:
@@ -198,6 +217,10 @@ def goal_region(goal_xy: np.ndarray, center: tuple[float, float]) -> str:
 def instruction(colour: str, region: str) -> str:
     """The episode's language instruction."""
     return f"pick up the {colour} cube and place it on the {region} target"
+
+
+_PER_STEP = ("obs", "qpos", "mocap_pos", "action", "reward", "success", "done")
+"""The rollouts' per-step outputs [T, B, ...]; the others are per episode [B, ...]."""
 
 
 def make_rollout(env: Env, max_steps: int):
@@ -255,16 +278,8 @@ def _batches(
         for b in range(config.batch_size):
             if attempt >= max_attempts:
                 return
-            per_step = {k: v[:, b] for k, v in traj.items() if v.ndim >= 2 and k != "goal"}
-            yield (
-                attempt,
-                seeds[b],
-                per_step
-                | {
-                    "cube_half_size": traj["cube_half_size"][b],
-                    "goal": traj["goal"][b],
-                },
-            )
+            ep = {k: v[:, b] if k in _PER_STEP else v[b] for k, v in traj.items()}
+            yield attempt, seeds[b], ep
             attempt += 1
 
 
@@ -321,12 +336,22 @@ def _compiled_rollout(config: CollectConfig, options: tuple) -> tuple[Env, Any]:
     """(env, jitted rollout of the config's expert), one per setting in a process, so repeated
     collects reuse the compiled executable (~30–60 s to compile on a 2-core CPU)."""
     expert = config.expert if config.expert == "scripted" else str(Path(config.expert).resolve())
-    return _compiled(config.randomize, config.max_steps, config.goals, expert, options)
+    student = config.student and str(Path(config.student).resolve())
+    takeover = config.takeover if student else (0, 0)
+    return _compiled(
+        config.randomize, config.max_steps, config.goals, expert, student, takeover, options
+    )
 
 
 @functools.cache
 def _compiled(
-    randomize: bool, max_steps: int, goals: str, expert: str, options: tuple
+    randomize: bool,
+    max_steps: int,
+    goals: str,
+    expert: str,
+    student: str | None,
+    takeover: tuple[int, int],
+    options: tuple,
 ) -> tuple[Env, Any]:
     config = CollectConfig(randomize=randomize, max_steps=max_steps, goals=goals)
     if expert == "scripted":
@@ -335,7 +360,7 @@ def _compiled(
     else:
         from vla.residual import make_expert_rollout  # torch: only for a VLA expert
 
-        env, run = make_expert_rollout(expert, max_steps)
+        env, run = make_expert_rollout(expert, max_steps, student, takeover)
         arm = env.unwrapped.config
         if arm != collect_arm_config(config) or not randomize:
             raise ValueError(
@@ -360,7 +385,7 @@ def rollout_episodes(
     padded = np.resize(seeds, config.batch_size)
     traj = jax.device_get(run(jnp.asarray(padded)))
     n = len(seeds)
-    return {k: v[:, :n] if v.ndim >= 2 and k != "goal" else v[:n] for k, v in traj.items()}
+    return {k: v[:, :n] if k in _PER_STEP else v[:n] for k, v in traj.items()}
 
 
 def collect(
@@ -405,6 +430,11 @@ def collect(
         writer.info["hoverfly"]["expert"] = expert
         for attempt, seed, ep in _batches(config, run, rng, max_attempts):
             length = episode_length(ep["success"], ep["done"], config.hold_steps)
+            first = int(ep.get("takeover", 0))  # the expert's first step
+            if first >= length or ep["success"][:first].any():
+                continue  # the student finished or ended the episode: the expert never drove
+            ep = {k: v[first:] if k in _PER_STEP else v for k, v in ep.items()}
+            length -= first
             success = bool(ep["success"][length - 1] > 0)
             region = goal_region(ep["goal"][:2], arm.config.init.cube_center)
             expert[region]["rollouts"] += 1
@@ -426,7 +456,7 @@ def collect(
                 "goal": [float(x) for x in ep["goal"]],
                 "cube_half_size": float(ep["cube_half_size"]),
                 "attempt": attempt,
-            }
+            } | ({"takeover": first} if config.student else {})
             writer.add_episode(
                 _frames(ep, length, images, config), instruction(colour, region), metadata
             )

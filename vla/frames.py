@@ -81,7 +81,16 @@ def load_frames(
     )
 
 
-_PER_COLLECTION = ("episodes", "seed", "batch_size", "max_attempts", "keep_failures", "expert")
+_PER_COLLECTION = (
+    "episodes",
+    "seed",
+    "batch_size",
+    "max_attempts",
+    "keep_failures",
+    "expert",
+    "student",
+    "takeover",
+)
 """Collect settings that may differ between datasets trained on together (the scene may not)."""
 
 

@@ -323,15 +323,25 @@ def train_vla_residual(
     return {"run": str(cfg.out), "update": result.update, "total": result.total, "eval": comparison}
 
 
-def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env, Any]:
+def make_expert_rollout(
+    run_dir: str | os.PathLike,
+    max_steps: int,
+    student: str | os.PathLike | None = None,
+    takeover: tuple[int, int] = (0, 0),
+) -> tuple[Env, Any]:
     """(env, rollout) of a VLA residual run as a demonstration expert (`vla.collect`'s
     `CollectConfig.expert`): the frozen VLA plus the trained residual (deterministic), in the run's
     env without the training augmentation, as `evaluate_vla_residual` scores them.
 
+    `student`: a VLA checkpoint that drives each episode until the expert takes over at a step
+    drawn uniformly from `takeover` (first, last) per episode (from its reset seed); the
+    expert's base then plans at once, from the student's state (DAgger-style data).
+
     rollout(reset_seeds [B] uint32) follows `vla.collect.make_rollout`: obs [T, B, O] (the arm's
     actor observation), qpos, mocap_pos before action t; action [T, B, A] (the command the arm
-    got: base + scaled correction, clipped); reward, success, done after it; cube_half_size [B],
-    goal [B, 3]. Pure; jit it at the edge. ValueError for a run whose base is not a VLA."""
+    got: the student's, then base + scaled correction, clipped); reward, success, done after it;
+    cube_half_size [B], goal [B, 3]; takeover [B] (int32, the expert's first step). Pure; jit it
+    at the edge. ValueError for a run whose base is not a VLA, or a student for another env."""
     run = load_run(Path(run_dir))
     cfg = run.config
     if cfg.residual.base != "vla":
@@ -342,29 +352,78 @@ def make_expert_rollout(run_dir: str | os.PathLike, max_steps: int) -> tuple[Env
     env = _without_augmentation(run)
     policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)
     key = jax.random.key(0)  # unused: the deterministic policy is the mean
+    if student is None:
+        student_base = None
+    else:
+        student_base = make_vla_base(resolve_checkpoint(student), env.env)
+        student_arm = _student_arm(resolve_checkpoint(student))
+        if student_arm != env.unwrapped.config:
+            raise ValueError(
+                f"{student}: the student's demonstrations ran in other arm settings than the "
+                f"expert run {run_dir}'s"
+            )
+
+    def start(seed: jax.Array) -> tuple[State, Any, jax.Array]:
+        rng = jax.random.key(seed)
+        state = env.reset(rng)
+        if student_base is None:
+            return state, (), jnp.zeros((), jnp.int32)
+        lo, hi = takeover
+        first = jax.random.randint(jax.random.fold_in(rng, 0x7A6E), (), lo, hi + 1, jnp.int32)
+        return state, student_base.init(state), first
+
+    def advance(state: State, carry: Any, first: jax.Array, t: jax.Array, correction):
+        command = env.applied_action(state, correction)
+        if student_base is not None:
+            # the student plans only while it drives, the expert's base only once it drives
+            driving = t < first
+            carry = carry._replace(step=jnp.where(driving, carry.step, 0))
+            act, carry = student_base.apply(state.info["inner_obs"]["state"], carry, state)
+            command = jnp.where(driving, act, command)
+            base = state.info["base_state"]
+            k = base.chunk.shape[0]  # step k: plan now
+            plan = jnp.where(t + 1 == first, k, jnp.where(t + 1 < first, 0, base.step))
+            info = {**state.info, "base_state": base._replace(step=plan)}
+            state = state.replace(info=info)
+        return env.step_command(state, command), carry, command
 
     def expert_rollout(seeds: jax.Array) -> dict[str, jax.Array]:
-        state = jax.vmap(env.reset)(jax.vmap(jax.random.key)(seeds))
+        state, carry, first = jax.vmap(start)(seeds)
 
-        def step(state: State, _):
+        def step(c, t):
+            state, carry = c
             correction, _ = policy(state.obs["state"], key)
-            nstate = jax.vmap(env.step)(state, correction)
+            nstate, carry, command = jax.vmap(advance, (0, 0, 0, None, 0))(
+                state, carry, first, t, correction
+            )
             px = state.data.physics
             out = {
                 "obs": state.info["inner_obs"]["state"],
                 "qpos": px.qpos,
                 "mocap_pos": px.mocap_pos,
-                "action": jax.vmap(env.applied_action)(state, correction),
+                "action": command,
                 "reward": nstate.reward,
                 "success": nstate.metrics["success"],
                 "done": nstate.done,
             }
-            return nstate, out
+            return (nstate, carry), out
 
-        _, traj = jax.lax.scan(step, state, None, max_steps)
-        return traj | {"cube_half_size": state.data.params.cube_half_size, "goal": state.data.goal}
+        _, traj = jax.lax.scan(step, (state, carry), jnp.arange(max_steps))
+        data = state.data
+        return traj | {
+            "cube_half_size": data.params.cube_half_size,
+            "goal": data.goal,
+            "takeover": first,
+        }
 
     return env, expert_rollout
+
+
+def _student_arm(checkpoint: Path):
+    """The arm settings of the env a VLA checkpoint's demonstrations ran in."""
+    from vla.collect import collect_arm_config, collect_config_from_info
+
+    return collect_arm_config(collect_config_from_info(_env_info(checkpoint)))
 
 
 def _without_augmentation(run) -> Env:

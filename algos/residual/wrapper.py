@@ -152,14 +152,18 @@ class ResidualWrapper(Wrapper):
         return jnp.clip(state.info["base_action"] + s * jnp.clip(action, -1.0, 1.0), -1.0, 1.0)
 
     def step(self, state: State, action: jax.Array) -> State:
+        return self.step_command(state, self.applied_action(state, action))
+
+    def step_command(self, state: State, command: jax.Array) -> State:
+        """Sends `command` [A] to the wrapped env, as `step` does with `applied_action(state,
+        action)`, or with another policy's command while it drives (the base keeps its carry,
+        `state.info["base_state"]`, and plans for the next step)."""
         info = state.info
-        base_action = info["base_action"]
-        applied = self.applied_action(state, action)
-        inner = self.env.step(state.replace(obs=info["inner_obs"]), applied)
+        inner = self.env.step(state.replace(obs=info["inner_obs"]), command)
         metrics = {
             **inner.metrics,
             "residual/scale": self._scale(state),
-            "residual/correction": jnp.mean(jnp.abs(applied - base_action)),
+            "residual/correction": jnp.mean(jnp.abs(command - info["base_action"])),
         }
         inner = inner.replace(metrics=metrics)
         return self._wrap(inner, info["base_state"], info["held_obs"], first=False)

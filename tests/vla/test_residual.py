@@ -53,10 +53,10 @@ B, T = 3, 8  # envs; steps (2 chunks of K = 4)
 COLLECT = CollectConfig(image_size=(32, 32), max_steps=12, colours=("red", "blue"))
 
 
-def _checkpoint(path, collect: CollectConfig):
+def _checkpoint(path, collect: CollectConfig, seed: int = 0):
     """A random TEST-preset VLA for the arm (12 states, 4 actions) with `collect`'s env info."""
     config = TEST.replace(proprio_dim=12, action_dim=4)
-    model = HoverflyVLA(config, torch.Generator().manual_seed(0))
+    model = HoverflyVLA(config, torch.Generator().manual_seed(seed))
     g = torch.Generator().manual_seed(1)
     stats = compute_norm_stats(
         torch.randn(32, 12, generator=g), 0.3 * torch.randn(32, config.chunk_size, 4, generator=g)
@@ -251,3 +251,58 @@ def test_a_residual_run_is_a_collect_expert(checkpoint, wrapped, tmp_path):
     with pytest.raises(ValueError, match="arm settings"):
         collect(tmp_path / "other", longer, progress=False)
     assert not (tmp_path / "other").exists()
+
+
+def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, tmp_path):
+    """`CollectConfig.student`: a VLA drives from the reset until the expert takes over at a
+    step of `takeover`; the episode is recorded from there, and its first action is the
+    expert's base planning from the student's state plus the scaled correction."""
+    _, base, w, _ = wrapped
+    correction = jnp.asarray([0.4, -0.4, 0.2, 0.0])
+    run = _constant_run(checkpoint, tmp_path / "run", correction)
+    student = _checkpoint(tmp_path / "student", COLLECT, seed=2)
+    cfg = dataclasses.replace(
+        COLLECT,
+        episodes=3,
+        batch_size=3,
+        keep_failures=True,
+        image_dtype="image",
+        expert=str(run),
+        student=str(student),
+        takeover=(2, 6),
+    )
+    ds = LeRobotDataset(
+        collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
+    )
+    seeds = [e.metadata["reset_seed"] for e in ds.episodes]
+    takeovers = [e.metadata["takeover"] for e in ds.episodes]
+    assert all(2 <= t <= 6 for t in takeovers)
+    replay = rollout_episodes(cfg, seeds, FAST_COMPILE)
+    np.testing.assert_array_equal(replay["takeover"], takeovers)
+    first = jax.jit(jax.vmap(w.reset))(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)))
+    drives = make_vla_base(student, w.env, device="cpu")
+    student_colour = jax.vmap(drives.init)(first).colour
+    idx = state_index()
+    for i, (t, e) in enumerate(zip(takeovers, ds.episodes, strict=True)):
+        ep = ds.episode(e.index)
+        assert len(ep["action"]) == COLLECT.max_steps - t  # failures kept: to the last step
+        np.testing.assert_allclose(
+            replay["obs"][t:, i], ep["observation.environment_state"], atol=1e-5
+        )
+        np.testing.assert_allclose(replay["action"][t:, i], ep["action"], atol=1e-6)
+
+        def plan(planner, step, colour, i=i):  # on the planner's GL thread, as in the rollout
+            args = (replay["qpos"][step, i], replay["mocap_pos"][step, i])
+            args += (replay["cube_half_size"][i], replay["goal"][i], replay["obs"][step, i, idx])
+            args = tuple(np.asarray(a)[None] for a in args) + (np.asarray([colour]),)
+            return planner(np.ones(1, bool), *args, np.zeros((1, planner.k, 4), np.float32))[0, 0]
+
+        # the student's first action, from the reset; the expert's base, from the takeover state
+        colour = first.info["base_state"].colour[i]
+        np.testing.assert_allclose(
+            replay["action"][0, i], plan(drives.apply.planner, 0, student_colour[i]), atol=1e-5
+        )
+        expected = np.clip(plan(base.apply.planner, t, colour) + 0.5 * correction, -1, 1)
+        np.testing.assert_allclose(ep["action"][0], expected, atol=1e-5)
+    with pytest.raises(ValueError, match="takeover"):
+        dataclasses.replace(cfg, takeover=(2, COLLECT.max_steps)).validate()
