@@ -140,8 +140,9 @@ class CollectConfig:
     "RLDG", 2024). The run's arm settings must be the ones this config gives."""
     student: str | None = None
     """A VLA checkpoint (an SFT run's checkpoint folder) that drives each episode until the
-    expert (a residual run) takes over at a step drawn from `takeover`; the expert's base plans
-    at once from the student's state, and only the expert's part is recorded. The VLA then
+    expert takes over at a step drawn from `takeover`, from the student's state (the scripted
+    expert from its first phase, a residual run's base planning at once); only the expert's part
+    is recorded. The VLA then
     learns the expert's recoveries from the states it reaches itself (DAgger: Ross et al., 2011;
     the expert taking over, as in HG-DAgger: Kelly et al., 2019). Episodes the student finishes
     or ends before the takeover are not recorded."""
@@ -162,12 +163,9 @@ class CollectConfig:
             raise ValueError(f"video images need an even size, got {self.image_size}")
         if self.expert != "scripted" and not (Path(self.expert) / "config.json").is_file():
             raise ValueError(f"expert: {self.expert!r} is neither 'scripted' nor a run folder")
-        if self.student is not None:
-            if self.expert == "scripted":
-                raise ValueError("student: the expert that takes over must be a residual run")
-            lo, hi = self.takeover
-            if not 0 <= lo <= hi < self.max_steps:
-                raise ValueError(f"takeover: 0 ≤ first ≤ last < max_steps, got {self.takeover}")
+        lo, hi = self.takeover
+        if self.student is not None and not 0 <= lo <= hi < self.max_steps:
+            raise ValueError(f"takeover: 0 ≤ first ≤ last < max_steps, got {self.takeover}")
 
 
 def collect_config_from_info(env_info: dict[str, Any] | None) -> CollectConfig:
@@ -223,24 +221,49 @@ _PER_STEP = ("obs", "qpos", "mocap_pos", "action", "reward", "success", "done")
 """The rollouts' per-step outputs [T, B, ...]; the others are per episode [B, ...]."""
 
 
-def make_rollout(env: Env, max_steps: int):
+def make_rollout(
+    env: Env, max_steps: int, student: str | None = None, takeover: tuple[int, int] = (0, 0)
+):
     """rollout(reset_seeds [B] uint32) -> trajectories of the scripted expert (host-side use):
     obs [T, B, O] and qpos [T, B, nq], mocap_pos [T, B, nmocap, 3] before action t; action
-    [T, B, 4]; reward, success, done [T, B] after it; cube_half_size [B] (m), goal [B, 3] (m).
-    Pure; jit it at the edge with `compiler_options=env.compiler_options`."""
+    [T, B, 4]; reward, success, done [T, B] after it; cube_half_size [B] (m), goal [B, 3] (m);
+    takeover [B] (int32, the expert's first step). With a `student` (a VLA checkpoint,
+    `vla.residual.make_student_driver`) the student drives until the takeover step and the
+    expert starts there from its first phase. Pure; jit it at the edge with
+    `compiler_options=env.compiler_options`."""
     base = make_scripted_base(env.unwrapped)
+    driver = None
+    if student is not None:
+        from vla.residual import make_student_driver  # torch: only with a student
+
+        driver = make_student_driver(student, env, takeover)
 
     def rollout(seeds: jax.Array) -> dict[str, jax.Array]:
         state = jax.vmap(env.reset)(jax.vmap(jax.random.key)(seeds))
-        carry = jax.vmap(lambda _: base.init())(seeds)
+        fresh = jax.vmap(lambda _: base.init())(seeds)
+        if driver is None:
+            drive, first = (), jnp.zeros(seeds.shape, jnp.int32)
+        else:
+            drive, first = jax.vmap(driver.init)(seeds, state)
 
-        def step(c, _):
-            state, carry = c
-            action, carry = jax.vmap(base.apply)(state.obs["state"], carry)
+        def step(c, t):
+            state, carry, drive = c
+            obs = state.obs["state"]
+            action, carry = jax.vmap(base.apply)(obs, carry)
+            if driver is not None:
+                act = jax.vmap(driver.act, (0, 0, 0, 0, None))
+                driving, student_action, drive = act(obs, state, drive, first, t)
+                action = jnp.where(driving[:, None], student_action, action)
+                # the expert starts from its first phase at the takeover step
+                carry = jax.tree.map(
+                    lambda f, c: jnp.where(driving.reshape(-1, *[1] * (c.ndim - 1)), f, c),
+                    fresh,
+                    carry,
+                )
             nstate = jax.vmap(env.step)(state, action)
             px = state.data.physics
             out = {
-                "obs": state.obs["state"],
+                "obs": obs,
                 "qpos": px.qpos,
                 "mocap_pos": px.mocap_pos,
                 "action": jnp.clip(action, -1.0, 1.0),
@@ -248,11 +271,15 @@ def make_rollout(env: Env, max_steps: int):
                 "success": nstate.metrics["success"],
                 "done": nstate.done,
             }
-            return (nstate, carry), out
+            return (nstate, carry, drive), out
 
-        _, traj = jax.lax.scan(step, (state, carry), None, max_steps)
+        _, traj = jax.lax.scan(step, (state, fresh, drive), jnp.arange(max_steps))
         data = state.data
-        return traj | {"cube_half_size": data.params.cube_half_size, "goal": data.goal}
+        return traj | {
+            "cube_half_size": data.params.cube_half_size,
+            "goal": data.goal,
+            "takeover": first,
+        }
 
     return rollout
 
@@ -356,7 +383,7 @@ def _compiled(
     config = CollectConfig(randomize=randomize, max_steps=max_steps, goals=goals)
     if expert == "scripted":
         env = make_collect_env(config)
-        run = make_rollout(env, max_steps)
+        run = make_rollout(env, max_steps, student, takeover)
     else:
         from vla.residual import make_expert_rollout  # torch: only for a VLA expert
 

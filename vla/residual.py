@@ -47,10 +47,12 @@ from vla.configuration_residual import POSE_FIELDS, VLAResidualConfig
 
 __all__ = [
     "POSE_FIELDS",
+    "StudentDriver",
     "VLABaseCarry",
     "VLAResidualConfig",
     "evaluate_vla_residual",
     "make_expert_rollout",
+    "make_student_driver",
     "make_vla_base",
     "residual_train_config",
     "train_vla_residual",
@@ -323,6 +325,44 @@ def train_vla_residual(
     return {"run": str(cfg.out), "update": result.update, "total": result.total, "eval": comparison}
 
 
+class StudentDriver(NamedTuple):
+    """A VLA that drives an unbatched env until the expert takes over (`make_student_driver`).
+    init(seed, state) -> (carry, first): its carry and the takeover step, drawn from the reset
+    seed. act(obs, state, carry, first, t) -> (driving, action [A], carry): its action at step t
+    while `driving` (t < first); afterwards it stops planning (its action is then stale)."""
+
+    init: Any
+    act: Any
+
+
+def make_student_driver(
+    checkpoint: str | os.PathLike, env: Env, takeover: tuple[int, int]
+) -> StudentDriver:
+    """The VLA of `checkpoint` (`make_vla_base`) driving the unbatched arm env `env` from each
+    reset until a step drawn uniformly from `takeover` (first, last). ValueError when its
+    demonstrations ran in other arm settings than `env`'s."""
+    from vla.collect import collect_arm_config, collect_config_from_info
+
+    path = resolve_checkpoint(checkpoint)
+    arm = collect_arm_config(collect_config_from_info(_env_info(path)))
+    if arm != env.unwrapped.config:
+        raise ValueError(f"{checkpoint}: the student's demonstrations ran in other arm settings")
+    base = make_vla_base(path, env)
+    lo, hi = takeover
+
+    def init(seed: jax.Array, state: State) -> tuple[VLABaseCarry, jax.Array]:
+        key = jax.random.fold_in(jax.random.key(seed), 0x7A6E)
+        return base.init(state), jax.random.randint(key, (), lo, hi + 1, jnp.int32)
+
+    def act(obs, state: State, carry: VLABaseCarry, first: jax.Array, t: jax.Array):
+        driving = t < first
+        carry = carry._replace(step=jnp.where(driving, carry.step, 0))  # no plans after it
+        action, carry = base.apply(obs, carry, state)
+        return driving, action, carry
+
+    return StudentDriver(init, act)
+
+
 def make_expert_rollout(
     run_dir: str | os.PathLike,
     max_steps: int,
@@ -352,39 +392,25 @@ def make_expert_rollout(
     env = _without_augmentation(run)
     policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)
     key = jax.random.key(0)  # unused: the deterministic policy is the mean
-    if student is None:
-        student_base = None
-    else:
-        student_base = make_vla_base(resolve_checkpoint(student), env.env)
-        student_arm = _student_arm(resolve_checkpoint(student))
-        if student_arm != env.unwrapped.config:
-            raise ValueError(
-                f"{student}: the student's demonstrations ran in other arm settings than the "
-                f"expert run {run_dir}'s"
-            )
+    driver = None if student is None else make_student_driver(student, env.env, takeover)
 
     def start(seed: jax.Array) -> tuple[State, Any, jax.Array]:
-        rng = jax.random.key(seed)
-        state = env.reset(rng)
-        if student_base is None:
+        state = env.reset(jax.random.key(seed))
+        if driver is None:
             return state, (), jnp.zeros((), jnp.int32)
-        lo, hi = takeover
-        first = jax.random.randint(jax.random.fold_in(rng, 0x7A6E), (), lo, hi + 1, jnp.int32)
-        return state, student_base.init(state), first
+        return state, *driver.init(seed, state)
 
     def advance(state: State, carry: Any, first: jax.Array, t: jax.Array, correction):
         command = env.applied_action(state, correction)
-        if student_base is not None:
-            # the student plans only while it drives, the expert's base only once it drives
-            driving = t < first
-            carry = carry._replace(step=jnp.where(driving, carry.step, 0))
-            act, carry = student_base.apply(state.info["inner_obs"]["state"], carry, state)
-            command = jnp.where(driving, act, command)
+        if driver is not None:
+            obs = state.info["inner_obs"]["state"]
+            driving, action, carry = driver.act(obs, state, carry, first, t)
+            command = jnp.where(driving, action, command)
+            # the expert's base plans once it drives: at the takeover step, from that state
             base = state.info["base_state"]
             k = base.chunk.shape[0]  # step k: plan now
             plan = jnp.where(t + 1 == first, k, jnp.where(t + 1 < first, 0, base.step))
-            info = {**state.info, "base_state": base._replace(step=plan)}
-            state = state.replace(info=info)
+            state = state.replace(info={**state.info, "base_state": base._replace(step=plan)})
         return env.step_command(state, command), carry, command
 
     def expert_rollout(seeds: jax.Array) -> dict[str, jax.Array]:
@@ -417,13 +443,6 @@ def make_expert_rollout(
         }
 
     return env, expert_rollout
-
-
-def _student_arm(checkpoint: Path):
-    """The arm settings of the env a VLA checkpoint's demonstrations ran in."""
-    from vla.collect import collect_arm_config, collect_config_from_info
-
-    return collect_arm_config(collect_config_from_info(_env_info(checkpoint)))
 
 
 def _without_augmentation(run) -> Env:

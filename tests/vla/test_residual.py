@@ -21,7 +21,7 @@ import torch
 
 from algos import run_folder
 from algos.residual import ResidualScale, ResidualWrapper
-from sim.manipulator import CameraRenderer
+from sim.manipulator import CameraRenderer, make_scripted_base
 from vla.checkpoint import save_checkpoint
 from vla.collect import (
     FAST_COMPILE,
@@ -306,3 +306,40 @@ def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, tmp_p
         np.testing.assert_allclose(ep["action"][0], expected, atol=1e-5)
     with pytest.raises(ValueError, match="takeover"):
         dataclasses.replace(cfg, takeover=(2, COLLECT.max_steps)).validate()
+    longer = _checkpoint(tmp_path / "longer", dataclasses.replace(COLLECT, max_steps=13))
+    with pytest.raises(ValueError, match="other arm settings"):
+        collect(tmp_path / "other", dataclasses.replace(cfg, student=str(longer)), progress=False)
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_student_drives_until_the_scripted_expert_takes_over(checkpoint, wrapped, tmp_path):
+    """With the scripted expert, the student drives until the takeover step and the expert
+    starts there from its first phase: the recorded actions are the scripted policy's from a
+    fresh carry at the recorded states, and the student's before them are not."""
+    env = wrapped[0]
+    cfg = dataclasses.replace(
+        COLLECT,
+        episodes=3,
+        batch_size=3,
+        keep_failures=True,
+        image_dtype="image",
+        student=str(checkpoint),
+        takeover=(2, 6),
+    )
+    data = collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
+    ds = LeRobotDataset(data)
+    replay = rollout_episodes(cfg, [e.metadata["reset_seed"] for e in ds.episodes], FAST_COMPILE)
+    scripted = make_scripted_base(env.unwrapped)
+    apply = jax.jit(scripted.apply)
+    for i, e in enumerate(ds.episodes):
+        ep, t = ds.episode(e.index), e.metadata["takeover"]
+        assert 2 <= t <= 6 and len(ep["action"]) == COLLECT.max_steps - t
+        assert replay["takeover"][i] == t
+        carry, actions = scripted.init(), []
+        for obs in ep["observation.environment_state"]:
+            action, carry = apply(jnp.asarray(obs), carry)
+            actions.append(np.clip(action, -1, 1))
+        np.testing.assert_allclose(ep["action"], np.stack(actions), atol=1e-5)
+        np.testing.assert_allclose(replay["action"][t:, i], ep["action"], atol=1e-6)
+        own = np.clip(apply(jnp.asarray(replay["obs"][0, i]), scripted.init())[0], -1, 1)
+        assert np.abs(replay["action"][0, i] - own).max() > 1e-3  # the student drove
