@@ -51,6 +51,9 @@ pytestmark = [
 
 B, T = 3, 8  # envs; steps (2 chunks of K = 4)
 COLLECT = CollectConfig(image_size=(32, 32), max_steps=12, colours=("red", "blue"))
+TAKEOVER = dataclasses.replace(
+    COLLECT, episodes=3, batch_size=3, keep_failures=True, image_dtype="image", takeover=(2, 6)
+)  # with a student: takeovers at steps 2-6 of 12
 
 
 def _checkpoint(path, collect: CollectConfig, seed: int = 0):
@@ -261,16 +264,7 @@ def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, tmp_p
     correction = jnp.asarray([0.4, -0.4, 0.2, 0.0])
     run = _constant_run(checkpoint, tmp_path / "run", correction)
     student = _checkpoint(tmp_path / "student", COLLECT, seed=2)
-    cfg = dataclasses.replace(
-        COLLECT,
-        episodes=3,
-        batch_size=3,
-        keep_failures=True,
-        image_dtype="image",
-        expert=str(run),
-        student=str(student),
-        takeover=(2, 6),
-    )
+    cfg = dataclasses.replace(TAKEOVER, expert=str(run), student=str(student))
     ds = LeRobotDataset(
         collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
     )
@@ -317,15 +311,7 @@ def test_a_student_drives_until_the_scripted_expert_takes_over(checkpoint, wrapp
     starts there from its first phase: the recorded actions are the scripted policy's from a
     fresh carry at the recorded states, and the student's before them are not."""
     env = wrapped[0]
-    cfg = dataclasses.replace(
-        COLLECT,
-        episodes=3,
-        batch_size=3,
-        keep_failures=True,
-        image_dtype="image",
-        student=str(checkpoint),
-        takeover=(2, 6),
-    )
+    cfg = dataclasses.replace(TAKEOVER, student=str(checkpoint))
     data = collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
     ds = LeRobotDataset(data)
     replay = rollout_episodes(cfg, [e.metadata["reset_seed"] for e in ds.episodes], FAST_COMPILE)
