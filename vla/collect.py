@@ -142,10 +142,9 @@ class CollectConfig:
     """A VLA checkpoint (an SFT run's checkpoint folder) that drives each episode until the
     expert takes over at a step drawn from `takeover`, from the student's state (the scripted
     expert from its first phase, a residual run's base planning at once); only the expert's part
-    is recorded. The VLA then
-    learns the expert's recoveries from the states it reaches itself (DAgger: Ross et al., 2011;
-    the expert taking over, as in HG-DAgger: Kelly et al., 2019). Episodes the student finishes
-    or ends before the takeover are not recorded."""
+    is recorded. The VLA then learns the expert's recoveries from the states it reaches itself
+    (DAgger: Ross et al., 2011; the expert taking over, as in HG-DAgger: Kelly et al., 2019).
+    Episodes the student finishes or ends before the takeover are not recorded."""
     takeover: tuple[int, int] = (0, 100)
     """First and last takeover step (uniform per episode, from its reset seed), with `student`."""
 
@@ -457,7 +456,7 @@ def collect(
         writer.info["hoverfly"]["expert"] = expert
         for attempt, seed, ep in _batches(config, run, rng, max_attempts):
             length = episode_length(ep["success"], ep["done"], config.hold_steps)
-            first = int(ep.get("takeover", 0))  # the expert's first step
+            first = int(ep["takeover"])  # the expert's first step (0 without a student)
             if first >= length or ep["success"][:first].any():
                 continue  # the student finished or ended the episode: the expert never drove
             ep = {k: v[first:] if k in _PER_STEP else v for k, v in ep.items()}
