@@ -228,7 +228,8 @@ def make_rollout(
     [T, B, 4]; reward, success, done [T, B] after it; cube_half_size [B] (m), goal [B, 3] (m);
     takeover [B] (int32, the expert's first step). With a `student` (a VLA checkpoint,
     `vla.residual.make_student_driver`) the student drives until the takeover step and the
-    expert starts there from its first phase. Pure; jit it at the edge with
+    expert resumes there (`ScriptedPolicy.resume`: it carries a cube the student holds to the
+    goal, else it starts from its first phase). Pure; jit it at the edge with
     `compiler_options=env.compiler_options`."""
     base = make_scripted_base(env.unwrapped)
     driver = None
@@ -248,17 +249,18 @@ def make_rollout(
         def step(c, t):
             state, carry, drive = c
             obs = state.obs["state"]
+            if driver is not None:  # the expert resumes from the state at its takeover step
+                now = t == first
+                carry = jax.tree.map(
+                    lambda r, c: jnp.where(now.reshape(-1, *[1] * (c.ndim - 1)), r, c),
+                    jax.vmap(base.resume)(obs),
+                    carry,
+                )
             action, carry = jax.vmap(base.apply)(obs, carry)
             if driver is not None:
                 act = jax.vmap(driver.act, (0, 0, 0, 0, None))
                 driving, student_action, drive = act(obs, state, drive, first, t)
                 action = jnp.where(driving[:, None], student_action, action)
-                # the expert starts from its first phase at the takeover step
-                carry = jax.tree.map(
-                    lambda f, c: jnp.where(driving.reshape(-1, *[1] * (c.ndim - 1)), f, c),
-                    fresh,
-                    carry,
-                )
             nstate = jax.vmap(env.step)(state, action)
             px = state.data.physics
             out = {

@@ -26,6 +26,10 @@ the first detection (`track_cube=False`) and the in-hand offset from one detecti
 works on nominal scenes but misses when a detection is off or the cube is pushed after it; it does
 not check the grasp and never re-grasps. Phase changes look at the tool's progress or at a timeout
 only, so they still happen when a residual policy moves the tool off the base's waypoints.
+
+`resume(obs)` takes over an episode that another policy started (DAgger-style collection): from
+CARRY, with the in-hand offset measured there, when the cube is held, else from the start (detect,
+approach, grasp: a re-grasp from wherever the tool is).
 """
 
 from __future__ import annotations
@@ -78,9 +82,12 @@ class ScriptedConfig:
     track_cube: bool = False
     """Re-read the cube position every step until the gripper closes, and the in-hand offset
     every step while carrying (closed loop), instead of one detection each."""
+    hold_radius: float = 0.03
+    """`resume` counts the cube as held when the gripper was commanded closed (the observation's
+    `last_action`) and the tool centre point is within this distance of the cube centre, m."""
 
     def validate(self) -> None:
-        positive = ("gain", "max_speed", "xy_tolerance", "z_tolerance")
+        positive = ("gain", "max_speed", "xy_tolerance", "z_tolerance", "hold_radius")
         bad = [name for name in positive if not getattr(self, name) > 0]
         if bad:
             raise ValueError(f"scripted {', '.join(bad)} must be > 0")
@@ -112,11 +119,14 @@ class ScriptedPolicy(NamedTuple):
     init() -> ScriptedState (phase DETECT, at the start of each episode)
     apply(obs [obs_size], state) -> (action [4] in [-1, 1], state)  (unbatched; vmap for batches)
     obs_size: the actor observation size it reads.
+    resume(obs [obs_size]) -> ScriptedState, to take over an episode in mid-course: CARRY with the
+    in-hand offset of `obs` if the cube is held (`ScriptedConfig.hold_radius`), else `init()`.
     """
 
     init: Callable[[], ScriptedState]
     apply: Callable[[jax.Array, ScriptedState], tuple[jax.Array, ScriptedState]]
     obs_size: int
+    resume: Callable[[jax.Array], ScriptedState]
 
 
 def make_scripted_policy(cfg: ScriptedConfig = ScriptedConfig()) -> ScriptedPolicy:
@@ -179,7 +189,18 @@ def make_scripted_policy(cfg: ScriptedConfig = ScriptedConfig()) -> ScriptedPoli
         )
         return jnp.clip(action, -1.0, 1.0), nxt
 
-    return ScriptedPolicy(init, apply, sum(size for _, size in obs_fields(4)))
+    def resume(obs: jax.Array) -> ScriptedState:
+        tcp, seen = obs[layout["tcp_pos"]], obs[layout["cube_pos"]]
+        closed = obs[layout["last_action"]][3] < 0
+        held = closed & (jnp.linalg.norm(seen - tcp) < cfg.hold_radius)
+        s = init()
+        return s.replace(
+            phase=jnp.where(held, CARRY, DETECT).astype(jnp.int32),
+            cube=jnp.where(held, seen, s.cube),
+            offset=jnp.where(held, seen - tcp, s.offset),
+        )
+
+    return ScriptedPolicy(init, apply, sum(size for _, size in obs_fields(4)), resume)
 
 
 def make_scripted_base(env: ArmEnv, cfg: ScriptedConfig = ScriptedConfig()) -> ScriptedPolicy:

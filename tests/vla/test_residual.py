@@ -308,8 +308,9 @@ def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, tmp_p
 
 def test_a_student_drives_until_the_scripted_expert_takes_over(checkpoint, wrapped, tmp_path):
     """With the scripted expert, the student drives until the takeover step and the expert
-    starts there from its first phase: the recorded actions are the scripted policy's from a
-    fresh carry at the recorded states, and the student's before them are not."""
+    resumes there: the recorded actions are the scripted policy's from `resume` of the first
+    recorded state (its first phase: no cube is held this early), and the student's before them
+    are not."""
     env = wrapped[0]
     cfg = dataclasses.replace(TAKEOVER, student=str(checkpoint))
     data = collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
@@ -321,8 +322,10 @@ def test_a_student_drives_until_the_scripted_expert_takes_over(checkpoint, wrapp
         ep, t = ds.episode(e.index), e.metadata["takeover"]
         assert 2 <= t <= 6 and len(ep["action"]) == COLLECT.max_steps - t
         assert replay["takeover"][i] == t
-        carry, actions = scripted.init(), []
-        for obs in ep["observation.environment_state"]:
+        states = ep["observation.environment_state"]
+        carry, actions = scripted.resume(jnp.asarray(states[0])), []
+        assert int(carry.phase) == 0
+        for obs in states:
             action, carry = apply(jnp.asarray(obs), carry)
             actions.append(np.clip(action, -1, 1))
         np.testing.assert_allclose(ep["action"], np.stack(actions), atol=1e-5)

@@ -20,6 +20,7 @@ from sim.manipulator import (
     make_scripted_base,
     obs_fields,
 )
+from sim.manipulator.scripted import PHASES
 
 pytestmark = pytest.mark.xdist_group("scripted")  # `episodes` compiles once (-n 2)
 
@@ -100,6 +101,28 @@ def test_push_kicks_the_cube(episodes):
     for b in np.flatnonzero(k >= 0):
         # pushed after step k's physics; the observation of step k + 1 sees it
         assert np.linalg.norm(cube_vel[k[b], b]) > 0.2, (b, k[b])
+
+
+def test_resume_carries_a_held_cube_and_restarts_otherwise(env, episodes):
+    """`resume` (an expert taking over from another policy): from the state of a nominal
+    episode in CARRY it carries on to the goal with the in-hand offset measured there; before
+    the grasp it starts from the beginning, as `init`."""
+    base = make_scripted_base(env.unwrapped)
+    obs, final = episodes["obs"], episodes["success"][-1] > 0
+    b = int(np.flatnonzero(final & (episodes["active"] == 0))[0])
+    closed = obs[:, b, L["last_action"]][:, 3] < 0
+    near = np.linalg.norm(obs[:, b, L["cube_minus_tcp"]], axis=-1) < 0.03
+    lifted = obs[:, b, L["cube_pos"]][:, 2] > obs[0, b, L["cube_pos"]][2] + 0.05
+    k = int(np.flatnonzero(closed & near & lifted)[0])
+    held = base.resume(jnp.asarray(obs[k, b]))
+    assert int(held.phase) == PHASES.index("carry")
+    np.testing.assert_allclose(held.offset, obs[k, b, L["cube_minus_tcp"]], atol=1e-6)
+    action, _ = base.apply(jnp.asarray(obs[k, b]), held)
+    to_goal = obs[k, b, L["goal_minus_cube"]]
+    assert action[3] == -1.0 and np.dot(action[:3], to_goal) > 0  # closed, towards the goal
+    for t in (0, int(np.flatnonzero(~closed & near)[0])):  # at the start; open at the cube
+        fresh = base.resume(jnp.asarray(obs[t, b]))
+        jax.tree.map(np.testing.assert_array_equal, fresh, base.init())
 
 
 def test_scripted_base_fits_the_residual_wrapper(env):
