@@ -60,6 +60,7 @@ from sim.manipulator import (
     CameraRenderer,
     InitConfig,
     RandomizationConfig,
+    ScriptedConfig,
     make_scripted_base,
     obs_fields,
     setup_gl,
@@ -221,7 +222,11 @@ _PER_STEP = ("obs", "qpos", "mocap_pos", "action", "reward", "success", "done")
 
 
 def make_rollout(
-    env: Env, max_steps: int, student: str | None = None, takeover: tuple[int, int] = (0, 0)
+    env: Env,
+    max_steps: int,
+    student: str | None = None,
+    takeover: tuple[int, int] = (0, 0),
+    scripted: ScriptedConfig | None = None,
 ):
     """rollout(reset_seeds [B] uint32) -> trajectories of the scripted expert (host-side use):
     obs [T, B, O] and qpos [T, B, nq], mocap_pos [T, B, nmocap, 3] before action t; action
@@ -229,9 +234,9 @@ def make_rollout(
     takeover [B] (int32, the expert's first step). With a `student` (a VLA checkpoint,
     `vla.residual.make_student_driver`) the student drives until the takeover step and the
     expert resumes there (`ScriptedPolicy.resume`: it carries a cube the student holds to the
-    goal, else it starts from its first phase). Pure; jit it at the edge with
-    `compiler_options=env.compiler_options`."""
-    base = make_scripted_base(env.unwrapped)
+    goal, else it starts from its first phase). `scripted`: the expert's settings (default
+    `ScriptedConfig()`). Pure; jit it at the edge with `compiler_options=env.compiler_options`."""
+    base = make_scripted_base(env.unwrapped, scripted or ScriptedConfig())
     driver = None
     if student is not None:
         from vla.residual import make_student_driver  # torch: only with a student
