@@ -36,18 +36,15 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
     from sim_throughput import emit_json
 
-    from sim.manipulator import ScriptedConfig, obs_fields
+    from sim.manipulator import ScriptedConfig, make_scripted_policy
+    from sim.manipulator.scripted import PHASES
     from vla.collect import CollectConfig, make_collect_env, make_rollout
 
     config = CollectConfig(student=str(args.student), takeover=tuple(args.takeover))
     config.validate()
     env = make_collect_env(config)
-    layout, start = {}, 0
-    for name, size in obs_fields(4):
-        layout[name] = slice(start, start + size)
-        start += size
     seeds = jnp.arange(args.first_seed, args.first_seed + args.episodes, dtype=jnp.uint32)
-    hold = ScriptedConfig().hold_radius
+    resume = jax.jit(jax.vmap(make_scripted_policy().resume))
     variants = {"resume": ScriptedConfig(), "restart": ScriptedConfig(hold_radius=1e-9)}
     result = {
         "benchmark": "vla_takeover_expert",
@@ -65,9 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
         before = steps < first[None]
         drove = ~((success | done) & before).any(0)
         won = drove & (success & ~before).any(0)
-        obs = np.asarray(tr["obs"])[first, b]  # the state at the takeover
-        near = np.linalg.norm(obs[:, layout["cube_minus_tcp"]], axis=-1) < hold
-        held = near & (obs[:, layout["last_action"]][:, 3] < 0)
+        at_takeover = jnp.asarray(np.asarray(tr["obs"])[first, b])
+        held = np.asarray(resume(at_takeover).phase) == PHASES.index("carry")
         result[name] = {
             split: {"drove": int((drove & m).sum()), "won": int((won & m).sum())}
             for split, m in (("all", drove), ("held", held), ("not_held", ~held))

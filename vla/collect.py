@@ -142,10 +142,10 @@ class CollectConfig:
     student: str | None = None
     """A VLA checkpoint (an SFT run's checkpoint folder) that drives each episode until the
     expert takes over at a step drawn from `takeover`, from the student's state (the scripted
-    expert from its first phase, a residual run's base planning at once); only the expert's part
-    is recorded. The VLA then learns the expert's recoveries from the states it reaches itself
-    (DAgger: Ross et al., 2011; the expert taking over, as in HG-DAgger: Kelly et al., 2019).
-    Episodes the student finishes or ends before the takeover are not recorded."""
+    expert resuming, `ScriptedPolicy.resume`; a residual run's base planning at once); only the
+    expert's part is recorded. The VLA then learns the expert's recoveries from the states it
+    reaches itself (DAgger: Ross et al., 2011; the expert taking over, as in HG-DAgger: Kelly et
+    al., 2019). Episodes the student finishes or ends before the takeover are not recorded."""
     takeover: tuple[int, int] = (0, 100)
     """First and last takeover step (uniform per episode, from its reset seed), with `student`."""
 
