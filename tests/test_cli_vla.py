@@ -1,5 +1,7 @@
 """`hoverfly vla collect|sft` and `hoverfly export` of a VLA run: demonstrations, behaviour
-cloning and ONNX through the command, and their bad-input errors."""
+cloning and ONNX through the command, and their bad-input errors. The collect and the first
+training run in subprocesses, as a user runs them; resuming, exporting and the bad-input cases
+call `hoverfly.cli.main` in the test's process (a subprocess spends ~7 s importing)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 
 import pytest
 
+from hoverfly import cli
 from tests.test_cli import hoverfly, one_line_error
 from vla.dataset import LeRobotDataset
 
@@ -35,17 +38,27 @@ def test_collect_writes_a_dataset(dataset):
     assert "cube" in sample["task"]
 
 
-def test_collect_refuses_bad_input(tmp_path):
-    proc = hoverfly("vla", "collect", "--out", tmp_path / "d", "--task", "arm-reach")
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "picks and places")
-    proc = hoverfly("vla", "collect", "--out", tmp_path / "d", "--colours", "purple")
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "purple")
+def _main(capsys, *args) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `hoverfly ARGS` run in this process."""
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _refused(capsys, match: str, *args) -> None:
+    code, _, err = _main(capsys, *args)
+    assert code == 2
+    one_line_error(err, match)
+
+
+def test_collect_refuses_bad_input(tmp_path, capsys):
+    _refused(capsys, "picks and places", "vla", "collect", "--out", tmp_path / "d", "--task",
+             "arm-reach")  # fmt: skip
+    _refused(capsys, "purple", "vla", "collect", "--out", tmp_path / "d", "--colours", "purple")
     assert not (tmp_path / "d").exists()
 
 
-def test_sft_trains_and_resumes(dataset, tmp_path):
+def test_sft_trains_and_resumes(dataset, tmp_path, capsys):
     data, _ = dataset
     run = tmp_path / "sft"
     args = ("vla", "sft", "--data", data, "--out", run, "--preset", "test", "--batch-size", "4",
@@ -53,37 +66,28 @@ def test_sft_trains_and_resumes(dataset, tmp_path):
     proc = hoverfly(*args, "--steps", "3")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["checkpoint"].endswith("step_00000003")
-    proc = hoverfly(*args, "--steps", "5")  # resumes at step 3
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["checkpoint"].endswith("step_00000005")
+    code, out, err = _main(capsys, *args, "--steps", "5")  # resumes at step 3
+    assert code == 0, err
+    assert json.loads(out)["checkpoint"].endswith("step_00000005")
     rows = (run / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows][-1] == 5
-    proc = hoverfly("export", run, "--out", tmp_path / "onnx", "--json")
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    code, out, err = _main(capsys, "export", run, "--out", tmp_path / "onnx", "--json")
+    assert code == 0, err
+    report = json.loads(out)
     assert report["checkpoint"].endswith("step_00000005") and report["max_abs_error"] < 1e-4
     assert {"prefix.onnx", "denoise_step.onnx"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
-    proc = hoverfly("export", run, "--out", tmp_path / "onnx8", "--precision", "int8")
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "fp32 only")
+    _refused(capsys, "fp32 only", "export", run, "--out", tmp_path / "onnx8", "--precision", "int8")
 
 
-def test_sft_refuses_bad_input(dataset, tmp_path):
-    proc = hoverfly("vla", "sft", "--data", tmp_path / "missing", "--out", tmp_path / "r")
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "missing")
+def test_sft_refuses_bad_input(dataset, tmp_path, capsys):
+    missing = tmp_path / "missing"
+    _refused(capsys, "missing", "vla", "sft", "--data", missing, "--out", tmp_path / "r")
     data, _ = dataset
-    proc = hoverfly("vla", "sft", "--data", data, "--out", tmp_path / "r", "--lr", "-1")
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "lr")
+    _refused(capsys, "lr", "vla", "sft", "--data", data, "--out", tmp_path / "r", "--lr", "-1")
 
 
-def test_rl_refuses_bad_input(tmp_path):
-    proc = hoverfly("vla", "rl", tmp_path / "missing", "--out", tmp_path / "r")
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "missing")
-    proc = hoverfly("vla", "rl", tmp_path / "x", "--out", tmp_path / "r", "--algo", "grpo",
-                    "--num-envs", "6", "--group-size", "4")  # fmt: skip
-    assert proc.returncode == 2
-    one_line_error(proc.stderr, "group_size")
+def test_rl_refuses_bad_input(tmp_path, capsys):
+    _refused(capsys, "missing", "vla", "rl", tmp_path / "missing", "--out", tmp_path / "r")
+    _refused(capsys, "group_size", "vla", "rl", tmp_path / "x", "--out", tmp_path / "r", "--algo",
+             "grpo", "--num-envs", "6", "--group-size", "4")  # fmt: skip
     assert not (tmp_path / "r").exists()

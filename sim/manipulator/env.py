@@ -27,6 +27,13 @@ from sim.env import Env, State
 from sim.manipulator._mjx import mjx, put_scene
 from sim.manipulator.model import SceneConfig, build_model, index_model
 
+# MJX's step and kinematics jitted once per process: JAX keeps a jitted function's trace for
+# arguments of the same shapes, so each program built on an arm env (collection, evaluation, RL,
+# residual wrappers), and each env made with the same scene, reuses it instead of tracing MJX
+# again (~6 s on a 2-core CPU); XLA inlines the call, so the compiled program is the same.
+_mjx_step = jax.jit(mjx.step)
+_mjx_kinematics = jax.jit(mjx.kinematics)
+
 HOME = (0.0, -0.785398, 0.0, -2.356194, 0.0, 1.570796, 0.785398)
 """Franka's "ready" pose, rad: the tool points straight down 0.49 m above the table."""
 
@@ -256,7 +263,7 @@ class ArmEnv(Env):
         # kinematics, not forward: observations and rewards read positions only, and `mjx.step`
         # runs forward itself; a reset with the whole of forward (contacts, constraint solver)
         # took the H200 PPO preset's init 27 s to compile and sits in every auto-reset
-        px = mjx.kinematics(self.model(params), px)
+        px = _mjx_kinematics(self.model(params), px)
         z = jnp.zeros(())
         data = ArmData(px, params, goal, jnp.zeros(self.action_size), jnp.zeros((), jnp.int32), z)
         terms, _, _ = self._reward(data, data.last_action)
@@ -288,7 +295,7 @@ class ArmEnv(Env):
         mx = self.model(data.params)
         ctrl = self._control(mx, data.physics, action)
         px = jax.lax.fori_loop(
-            0, self.substeps, lambda _, d: mjx.step(mx, d), data.physics.replace(ctrl=ctrl)
+            0, self.substeps, lambda _, d: _mjx_step(mx, d), data.physics.replace(ctrl=ctrl)
         )
         tcp, cube, _ = self._positions(data.replace(physics=px))
         reached = jnp.maximum(data.reached, self._at_cube(tcp, cube))
@@ -340,7 +347,7 @@ class ArmEnv(Env):
         columns are those and ½ Σᵢ (aⱼ × rᵢ) × r̂ᵢ (`index_model` checks that every arm joint
         moves the tool; the same J as forward-mode autodiff, without differentiating MJX)."""
         ix = self.index
-        kin = mjx.kinematics(mx, px.replace(qpos=px.qpos.at[ix.arm_qpos].set(q)))
+        kin = _mjx_kinematics(mx, px.replace(qpos=px.qpos.at[ix.arm_qpos].set(q)))
         pos, rot = kin.site_xpos[ix.ee_site], kin.site_xmat[ix.ee_site]
         axis, anchor = kin.xaxis[ix.arm_joint], kin.xanchor[ix.arm_joint]  # [7, 3]
         cols, home = rot.T, self.home_rotation.T  # [3 columns, 3]

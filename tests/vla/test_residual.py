@@ -106,6 +106,20 @@ def wrapped(checkpoint):
     return env, base, w, jax.jit(roll, compiler_options=opts)
 
 
+@pytest.fixture(scope="module")
+def reset(wrapped):
+    """reset(seeds [N ≤ B]) -> the wrapper's states reset from those seeds (one compile)."""
+    env, _, w, _ = wrapped
+    run = jax.jit(jax.vmap(w.reset), compiler_options=env.compiler_options | FAST_COMPILE)
+
+    def reset(seeds):
+        padded = np.resize(np.asarray(seeds, np.uint32), B)
+        first = run(jax.vmap(jax.random.key)(jnp.asarray(padded)))
+        return jax.tree.map(lambda x: x[: len(seeds)], first)
+
+    return reset
+
+
 def _plan_each(checkpoint, env, state, colours):
     """`vla.sft._plan` (the closed-loop evaluator's planner) on each env of a batched wrapper
     state alone, noise from a generator seeded like the base's fixed noise: [B, K, A]."""
@@ -226,11 +240,10 @@ def _constant_run(checkpoint, path, correction):
     return path
 
 
-def test_a_residual_run_is_a_collect_expert(checkpoint, wrapped, tmp_path):
+def test_a_residual_run_is_a_collect_expert(checkpoint, reset, tmp_path):
     """`CollectConfig.expert` = a VLA residual run: an episode's first recorded frame is its
     reset's (from the episode's reset seed) and its first action is the base's plus the scaled
     correction; the episode replays from its reset seed (`rollout_episodes`)."""
-    _, _, w, _ = wrapped
     correction = jnp.asarray([0.4, -0.4, 0.2, 0.0])
     run = _constant_run(checkpoint, tmp_path / "run", correction)
     cfg = dataclasses.replace(
@@ -240,7 +253,7 @@ def test_a_residual_run_is_a_collect_expert(checkpoint, wrapped, tmp_path):
     ds = LeRobotDataset(data)
     assert ds.info["hoverfly"]["collect"]["expert"] == str(run.resolve())
     seeds = [e.metadata["reset_seed"] for e in ds.episodes]
-    first = jax.jit(jax.vmap(w.reset))(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)))
+    first = reset(seeds)
     episodes = [ds.episode(e.index) for e in ds.episodes]
     recorded = np.stack([ep["observation.environment_state"] for ep in episodes])
     actions = np.stack([ep["action"] for ep in episodes])
@@ -256,7 +269,7 @@ def test_a_residual_run_is_a_collect_expert(checkpoint, wrapped, tmp_path):
     assert not (tmp_path / "other").exists()
 
 
-def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, tmp_path):
+def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, reset, tmp_path):
     """`CollectConfig.student`: a VLA drives from the reset until the expert takes over at a
     step of `takeover`; the episode is recorded from there, and its first action is the
     expert's base planning from the student's state plus the scaled correction."""
@@ -273,7 +286,7 @@ def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, tmp_p
     assert all(2 <= t <= 6 for t in takeovers)
     replay = rollout_episodes(cfg, seeds, FAST_COMPILE)
     np.testing.assert_array_equal(replay["takeover"], takeovers)
-    first = jax.jit(jax.vmap(w.reset))(jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)))
+    first = reset(seeds)
     drives = make_vla_base(student, w.env, device="cpu")
     student_colour = jax.vmap(drives.init)(first).colour
     idx = state_index()
