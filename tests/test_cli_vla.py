@@ -1,10 +1,13 @@
 """`hoverfly vla collect|sft` and `hoverfly export` of a VLA run: demonstrations, behaviour
-cloning and ONNX through the command, and their bad-input errors. The collect and the first
-training run in subprocesses, as a user runs them; resuming, exporting and the bad-input cases
-call `hoverfly.cli.main` in the test's process (a subprocess spends ~7 s importing)."""
+cloning and ONNX through the command, and their bad-input errors. The first training runs in a
+subprocess, as a user runs it; the rest call `hoverfly.cli.main` in the test's process (a
+subprocess spends ~7 s importing, and the collect reuses the demo collection's compiled
+rollout)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -13,19 +16,25 @@ from hoverfly import cli
 from tests.test_cli import hoverfly, one_line_error
 from vla.dataset import LeRobotDataset
 
-pytestmark = pytest.mark.xdist_group("vla_cli")  # the module's collected dataset, once (-n 2)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
+    pytest.mark.xdist_group("vla_demo"),  # reuses the demo collection's compiled rollout (-n 2)
+]
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
+    """`hoverfly vla collect` in this process, with the batch size and step limit of the
+    session's `demo_dataset`: the rollout compiled for either serves both."""
     out = tmp_path_factory.mktemp("vla") / "demo"
-    proc = hoverfly(
-        "vla", "collect", "--out", out, "--episodes", "2", "--image-size", "32", "32",
-        "--batch-size", "3", "--max-steps", "200", "--hold-steps", "3", "--json",
-        "--cache-dir", "None",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return out, json.loads(proc.stdout)
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = cli.main(
+            ["vla", "collect", "--out", str(out), "--episodes", "2", "--image-size", "32", "32",
+             "--batch-size", "4", "--max-steps", "200", "--hold-steps", "3", "--json"]
+        )  # fmt: skip
+    assert code == 0
+    return out, json.loads(stdout.getvalue())
 
 
 def test_collect_writes_a_dataset(dataset):

@@ -521,13 +521,14 @@ def make_test_dataset(
     **overrides: Any,
 ) -> Path:
     """A small dataset quickly, for tests: `episodes` successful demonstrations with
-    `image_size` images, one batch of `episodes + 1` rollouts at a time, fast-compiled."""
+    `image_size` images, one batch of `episodes + 1` rollouts at a time. Compiled as
+    `hoverfly vla collect` compiles, so the command run in the same process with the same
+    batch size and step limit reuses the rollout."""
     kwargs = {"batch_size": episodes + 1, "max_steps": 200, "hold_steps": 3} | overrides
     return collect(
         out,
         CollectConfig(episodes=episodes, image_size=image_size, seed=seed, **kwargs),
         progress=False,
-        compiler_options=FAST_COMPILE,
     )
 
 

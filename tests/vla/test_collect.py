@@ -11,7 +11,6 @@ import pytest
 from sim.manipulator import obs_fields
 from vla.collect import (
     COLOURS,
-    FAST_COMPILE,
     REGIONS,
     STATE_FIELDS,
     TARGETS,
@@ -109,7 +108,7 @@ def test_episode_replays_from_its_reset_seed(dataset):
     """The stored reset seed and the deterministic expert rebuild the recorded episode."""
     cfg = CollectConfig(**{**dataset.info["hoverfly"]["collect"], "image_size": SIZE})
     e = dataset.episodes[1]
-    traj = rollout_episodes(cfg, [e.metadata["reset_seed"]], FAST_COMPILE)
+    traj = rollout_episodes(cfg, [e.metadata["reset_seed"]])
     ep = dataset.episode(1)
     np.testing.assert_allclose(
         traj["obs"][: e.length, 0], ep["observation.environment_state"], atol=1e-5

@@ -50,6 +50,7 @@ pytestmark = [
 ]
 
 B, T = 3, 8  # envs; steps (2 chunks of K = 4)
+SEEDS = jnp.arange(3, 3 + B, dtype=jnp.uint32)  # reset seeds of the wrapper tests
 COLLECT = CollectConfig(image_size=(32, 32), max_steps=12, colours=("red", "blue"))
 TAKEOVER = dataclasses.replace(
     COLLECT, episodes=3, batch_size=3, keep_failures=True, image_dtype="image", takeover=(2, 6)
@@ -77,15 +78,15 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wrapped(checkpoint):
-    """(env, base, wrapper, roll): roll(progress, residual [T, B, A]) -> (first state, last
-    state, per-step outputs [T, B, ...]) of the wrapper whose scale is 0 at progress 0 and 0.5 at
-    progress 1 (one compile for every case)."""
+    """(env, base, wrapper, roll): roll(seeds [B], progress, residual [T, B, A]) -> (first
+    state, last state, per-step outputs [T, B, ...]) of the wrapper reset from `seeds`, whose
+    scale is 0 at progress 0 and 0.5 at progress 1 (one compile for every case)."""
     env = make_collect_env(COLLECT)
     base = make_vla_base(checkpoint, env, device="cpu")
     w = ResidualWrapper(env, base, ResidualScale(start=0.0, end=0.5, ramp=1.0))
 
-    def roll(progress, residual):
-        first = jax.vmap(w.reset)(jax.random.split(jax.random.key(3), B))
+    def roll(seeds, progress, residual):
+        first = jax.vmap(w.reset)(jax.vmap(jax.random.key)(seeds))
         first = first.replace(info={**first.info, "progress": jnp.full(B, progress)})
 
         def step(s, a):
@@ -108,13 +109,13 @@ def wrapped(checkpoint):
 
 @pytest.fixture(scope="module")
 def reset(wrapped):
-    """reset(seeds [N ≤ B]) -> the wrapper's states reset from those seeds (one compile)."""
-    env, _, w, _ = wrapped
-    run = jax.jit(jax.vmap(w.reset), compiler_options=env.compiler_options | FAST_COMPILE)
+    """reset(seeds [N ≤ B]) -> the wrapper's states reset from those seeds (`roll`'s first
+    states: no other compile)."""
+    roll = wrapped[3]
 
     def reset(seeds):
-        padded = np.resize(np.asarray(seeds, np.uint32), B)
-        first = run(jax.vmap(jax.random.key)(jnp.asarray(padded)))
+        padded = jnp.asarray(np.resize(np.asarray(seeds, np.uint32), B))
+        first, _, _ = roll(padded, 0.0, jnp.zeros((T, B, 4)))
         return jax.tree.map(lambda x: x[: len(seeds)], first)
 
     return reset
@@ -151,7 +152,7 @@ def test_base_plans_like_the_closed_loop_evaluator_and_replans_every_k(checkpoin
     k = 4
     rng = np.random.default_rng(0)
     residual = jnp.asarray(rng.uniform(-1, 1, (T, B, 4)), jnp.float32)
-    first, last, out = jax.device_get(roll(0.0, residual))
+    first, last, out = jax.device_get(roll(SEEDS, 0.0, residual))
     assert planner.plans - plans == B * (1 + T // k)  # at reset, after K and after 2K steps
     carry0, carry = first.info["base_state"], last.info["base_state"]
     assert set(np.asarray(carry0.colour)) <= {0, 1}
@@ -177,13 +178,13 @@ def test_zero_correction_is_the_base_alone(wrapped):
     _, _, _, roll = wrapped
     rng = np.random.default_rng(1)
     residual = jnp.asarray(rng.uniform(-1, 1, (T, B, 4)), jnp.float32)
-    _, _, alone = jax.device_get(roll(0.0, residual))
-    _, _, zero = jax.device_get(roll(1.0, jnp.zeros_like(residual)))
+    _, _, alone = jax.device_get(roll(SEEDS, 0.0, residual))
+    _, _, zero = jax.device_get(roll(SEEDS, 1.0, jnp.zeros_like(residual)))
     for key in ("base_action", "qpos"):
         np.testing.assert_array_equal(alone[key], zero[key], err_msg=key)
     assert np.all(alone["correction"] == 0) and np.all(zero["correction"] == 0)
     assert np.all(alone["scale"] == 0) and np.all(zero["scale"] == 0.5)
-    _, _, corrected = jax.device_get(roll(1.0, residual))
+    _, _, corrected = jax.device_get(roll(SEEDS, 1.0, residual))
     assert np.all(corrected["correction"] > 0)
     assert not np.array_equal(corrected["qpos"][-1], alone["qpos"][-1])
 
@@ -228,7 +229,7 @@ def _constant_run(checkpoint, path, correction):
     cfg = residual_train_config(
         VLAResidualConfig(checkpoint=str(checkpoint), out=str(path), scale=ResidualScale(0.5, 0.5))
     )
-    params = run_folder.make_env_and_network(cfg)[1].init(jax.random.key(0))
+    params = jax.jit(run_folder.make_env_and_network(cfg)[1].init)(jax.random.key(0))
     actor = params["actor"]["params"]
     head = max(actor, key=lambda name: int(name.split("_")[-1]))  # the mean's Dense layer
     actor[head] = {"kernel": jnp.zeros_like(actor[head]["kernel"]), "bias": correction}
