@@ -47,8 +47,8 @@ def fingerprint(ds: LeRobotDataset) -> dict[str, Any]:
 def load_frames(
     datasets: Sequence[LeRobotDataset], mcfg: HoverflyVLAConfig, device: torch.device
 ) -> Frames:
-    """Decodes every episode of the datasets once, pooled (images stay uint8, on `device`:
-    batches are gathered and resized there, not on the host)."""
+    """Decodes every episode of the datasets once, pooled (each video file by one ffmpeg process;
+    images stay uint8, on `device`: batches are gathered and resized there, not on the host)."""
     for ds in datasets:
         if not ds.num_episodes:
             raise DatasetError(f"{ds.root}: total_episodes: the dataset has no episodes")
@@ -59,11 +59,11 @@ def load_frames(
     }
     states, chunks, pads, task_ids, tasks, row = [], [], [], [], {}, 0
     for ds in datasets:
+        for cam in mcfg.cameras:
+            images[cam][row : row + len(ds)] = ds.camera_frames(camera_key(cam))
+        row += len(ds)
         for e in ds.episodes:
-            ep = ds.episode(e.index)
-            for cam in mcfg.cameras:
-                images[cam][row : row + e.length] = ep[camera_key(cam)]
-            row += e.length
+            ep = ds.episode(e.index, images=False)
             states.append(np.asarray(ep["observation.state"], np.float32).reshape(e.length, -1))
             actions = np.asarray(ep["action"], np.float32).reshape(e.length, -1)
             chunk, pad = compute_action_chunks(actions, mcfg.chunk_size)

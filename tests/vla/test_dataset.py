@@ -104,6 +104,10 @@ def test_round_trip_video(video_root, av1_root, codec):
                 for s in (0, 1, 2)
             ]
             assert err[1].mean() < min(err[0].mean(), err[2].mean())
+    for cam in CAMERAS:  # each file decoded once: the same frames as episode by episode
+        key = f"observation.images.{cam}"
+        each = np.concatenate([ds.episode(e)[key] for e in range(3)])
+        np.testing.assert_array_equal(ds.camera_frames(key), each)
     item = ds[LENGTHS[0] + 3]  # episode 1, frame 3
     assert item["task"] == TASKS[1] and item["index"] == LENGTHS[0] + 3
     np.testing.assert_array_equal(item["action"], EPISODES[1]["action"][3])
@@ -385,6 +389,8 @@ def test_malformed_dataset_names_file_and_field(video_root, tmp_path, case):
         ds = LeRobotDataset(root)
         with pytest.raises(DatasetError, match="file-001.mp4: observation.images.front: 5 frames"):
             ds.episode(2)
+        with pytest.raises(DatasetError, match="file-001.mp4: observation.images.front: 5 frames"):
+            ds.camera_frames("observation.images.front")
 
 
 # -- atomic writes -----------------------------------------------------------------------------
