@@ -248,7 +248,7 @@ def test_a_residual_run_is_a_collect_expert(checkpoint, reset, tmp_path):
     correction = jnp.asarray([0.4, -0.4, 0.2, 0.0])
     run = _constant_run(checkpoint, tmp_path / "run", correction)
     cfg = dataclasses.replace(
-        COLLECT, episodes=2, batch_size=2, keep_failures=True, image_dtype="image", expert=str(run)
+        COLLECT, episodes=2, batch_size=B, keep_failures=True, image_dtype="image", expert=str(run)
     )
     data = collect(tmp_path / "data", cfg, progress=False, compiler_options=FAST_COMPILE)
     ds = LeRobotDataset(data)
