@@ -517,24 +517,26 @@ class LeRobotDataset:
     def camera_frames(self, key: str) -> np.ndarray:
         """[len(self), H, W, 3] uint8: every frame of camera `key`, episode after episode. Each
         video file is decoded once, by one ffmpeg process, not once per episode (~0.15 s per
-        process); the episode cache is left as it was."""
+        process), and only one file's frames are held besides the result; the episode cache is
+        left as it was."""
         if self.features[key]["dtype"] != "video":
             return np.concatenate([self.episode(e.index)[key] for e in self.episodes])
         hw = _image_hw(self.features[key])
-        files: dict[Path, list[Episode]] = {}
-        for e in self.episodes:
-            files.setdefault(e.videos[key][0], []).append(e)
-        decoded = {}
-        for path, episodes in files.items():
+        rows = np.cumsum([0] + [e.length for e in self.episodes])
+        out = np.empty((rows[-1], *hw, 3), np.uint8)
+        files: dict[Path, list[int]] = {}
+        for i, e in enumerate(self.episodes):
+            files.setdefault(e.videos[key][0], []).append(i)
+        for path, members in files.items():
+            episodes = [self.episodes[i] for i in members]
             n = max(e.videos[key][1] + e.length for e in episodes)
-            decoded[path] = _decode(path, key, 0, n, self.fps, hw)
-        out = []
-        for e in self.episodes:
-            path, first = e.videos[key]
-            frames = decoded[path][first : first + e.length]
-            _check_frame_count(frames, path, key, first, e)
-            out.append(frames)
-        return np.concatenate(out)
+            frames = _decode(path, key, 0, n, self.fps, hw)
+            for i, e in zip(members, episodes, strict=True):
+                first = e.videos[key][1]
+                part = frames[first : first + e.length]
+                _check_frame_count(part, path, key, first, e)
+                out[rows[i] : rows[i + 1]] = part
+        return out
 
     def verify_videos(self) -> None:
         """Checks the frame size and counts the frames of every video file (decoding it) against
