@@ -467,6 +467,10 @@ class LeRobotDataset:
             raise _error(e.data_file, key, f"image of shape {image.shape}, feature {[h, w, 3]}")
         return image
 
+    def _episode_pngs(self, key: str, e: Episode) -> np.ndarray:
+        frames = range(e.start, e.stop)
+        return np.stack(map_threads(functools.partial(self._png, key), frames))
+
     def episode(self, index: int, images: bool = True) -> dict[str, Any]:
         """All frames of episode `index`: {feature: [T, ...]} (images [T, H, W, 3] uint8; left
         out with `images=False`) and "task" (its first frame's instruction). Numpy, whatever
@@ -479,8 +483,7 @@ class LeRobotDataset:
             if ft["dtype"] == "video":
                 out[key] = self.episode_video(key, index)
             elif ft["dtype"] == "image":
-                frames = range(e.start, e.stop)
-                out[key] = np.stack(map_threads(functools.partial(self._png, key), frames))
+                out[key] = self._episode_pngs(key, e)
             else:
                 out[key] = self._data[key][e.start : e.stop]
         out["task"] = self._task(e.start, e)
@@ -520,7 +523,7 @@ class LeRobotDataset:
         process), and only one file's frames are held besides the result; the episode cache is
         left as it was."""
         if self.features[key]["dtype"] != "video":
-            return np.concatenate([self.episode(e.index)[key] for e in self.episodes])
+            return np.concatenate([self._episode_pngs(key, e) for e in self.episodes])
         hw = _image_hw(self.features[key])
         rows = np.cumsum([0] + [e.length for e in self.episodes])
         out = np.empty((rows[-1], *hw, 3), np.uint8)

@@ -144,6 +144,10 @@ def test_round_trip_png_is_exact(tmp_path):
         for cam in CAMERAS:
             key = f"observation.images.{cam}"
             np.testing.assert_array_equal(ep[key], frames[key])
+    for cam in CAMERAS:  # the whole camera, one key decoded
+        key = f"observation.images.{cam}"
+        whole = np.concatenate([frames[key] for frames in EPISODES])
+        np.testing.assert_array_equal(ds.camera_frames(key), whole)
     item = ds[2]  # torch: images float [3, H, W] in [0, 1]
     assert tuple(item["observation.images.front"].shape) == (3, H, W)
     np.testing.assert_allclose(
