@@ -1,7 +1,11 @@
-"""`mujoco.mjx`, imported with its optional-backend notices sent to stderr, and `put_scene`.
+"""`mujoco.mjx`, imported on first use with its optional-backend notices sent to stderr, and
+`put_scene`.
 
 Importing mjx without NVIDIA Warp installed prints "Failed to import warp" to stdout, which would
 break the CLI's one-JSON-object `--json` output; everything in the project imports mjx from here.
+`from sim.manipulator._mjx import mjx` imports it then; modules that only need it when an env is
+built or stepped read `_mjx.mjx` there, so importing `sim` (and the `hoverfly` CLI, which only
+parses configs before it fails on bad input) does not pay the ~3 s of mjx and MuJoCo Warp.
 """
 
 from __future__ import annotations
@@ -13,11 +17,19 @@ from typing import TYPE_CHECKING
 import jax
 import mujoco
 
-with contextlib.redirect_stdout(sys.stderr):
+if TYPE_CHECKING:
     from mujoco import mjx
 
-if TYPE_CHECKING:
     from sim.manipulator.model import SceneConfig
+
+
+def __getattr__(name: str):
+    if name != "mjx":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with contextlib.redirect_stdout(sys.stderr):
+        from mujoco import mjx
+    globals()["mjx"] = mjx
+    return mjx
 
 
 def put_scene(m: mujoco.MjModel, scene: SceneConfig) -> tuple[mjx.Model, mjx.Data]:
@@ -27,6 +39,8 @@ def put_scene(m: mujoco.MjModel, scene: SceneConfig) -> tuple[mjx.Model, mjx.Dat
     batch (its leaves carry no batch axis, see `sim.wrappers.batch_where`); each env gets
     constraint rows for `warp_contacts` pyramidal contacts plus its limits and equalities.
     `ValueError` if warp-lang is missing or `warp_envs` is unset."""
+    from sim.manipulator._mjx import mjx
+
     if scene.impl == "jax":
         return mjx.put_model(m), mjx.make_data(m)
     if scene.warp_envs is None or scene.warp_envs < 1:

@@ -15,7 +15,7 @@ Per-episode physics parameters (`ArmParams`) live in the state, so domain random
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import jax
 import jax.numpy as jnp
@@ -24,15 +24,28 @@ import numpy as np
 from flax import struct
 
 from sim.env import Env, State
-from sim.manipulator._mjx import mjx, put_scene
+from sim.manipulator import _mjx
+from sim.manipulator._mjx import put_scene
 from sim.manipulator.model import SceneConfig, build_model, index_model
+
+if TYPE_CHECKING:
+    from mujoco import mjx
+
 
 # MJX's step and kinematics jitted once per process: JAX keeps a jitted function's trace for
 # arguments of the same shapes, so each program built on an arm env (collection, evaluation, RL,
 # residual wrappers), and each env made with the same scene, reuses it instead of tracing MJX
 # again (~6 s on a 2-core CPU); XLA inlines the call, so the compiled program is the same.
-_mjx_step = jax.jit(mjx.step)
-_mjx_kinematics = jax.jit(mjx.kinematics)
+# mjx itself is imported at the first call (see `sim.manipulator._mjx`).
+@jax.jit
+def _mjx_step(m: mjx.Model, d: mjx.Data) -> mjx.Data:
+    return _mjx.mjx.step(m, d)
+
+
+@jax.jit
+def _mjx_kinematics(m: mjx.Model, d: mjx.Data) -> mjx.Data:
+    return _mjx.mjx.kinematics(m, d)
+
 
 HOME = (0.0, -0.785398, 0.0, -2.356194, 0.0, 1.570796, 0.785398)
 """Franka's "ready" pose, rad: the tool points straight down 0.49 m above the table."""
