@@ -26,3 +26,20 @@ def test_imports_do_not_start_the_jax_backend():
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+LIGHT = """
+import sys
+import hoverfly.cli, sim
+heavy = sorted({"mujoco.mjx", "warp", "torch"} & set(sys.modules))
+assert not heavy, f"importing the CLI imported {heavy}"
+"""
+
+
+def test_the_cli_imports_neither_mjx_nor_torch():
+    """The CLI parses configs and reports bad input before any command runs: mjx with MuJoCo
+    Warp (~3 s) and torch load only when an arm env is built or a VLA command runs."""
+    r = subprocess.run(
+        [sys.executable, "-c", LIGHT], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
