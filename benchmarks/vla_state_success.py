@@ -15,7 +15,10 @@ instead of the model's `n_action_steps`. `failures` says where the failed episod
 tool never reached the cube, reached it but the cube lies on the table at the end (a missed or
 lost grasp), or the cube is held up but off the goal. `by_cube_x` is the success by the cube's
 start distance from the robot: the near, middle and far thirds of the env's cube range along x
-(the wrist camera loses a near cube when the tool overshoots it).
+(the wrist camera loses a near cube when the tool overshoots it). `pass_at_k` is the share of
+states that k noise draws solve at least once, for k = 1, 2, 4, … up to `--noise-seeds` (the
+unbiased estimator of Chen et al. 2021 from each state's successes): what RL that learns from
+its own successful samples (RFT, GRPO with groups of k) can reach without new behaviour.
 
   python benchmarks/vla_state_success.py SFT/checkpoints/step_00015000 --out F.json
 
@@ -27,8 +30,21 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import sys
 from pathlib import Path
+
+
+def pass_at_k(successes: list[int], n: int) -> dict[str, float]:
+    """{k: share of states solved at least once in k of their n draws} for k = 1, 2, 4, … ≤ n,
+    from each state's number of successes (1 − C(n − c, k) / C(n, k), averaged over states)."""
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return {
+        str(k): round(
+            sum(1 - math.comb(n - c, k) / math.comb(n, k) for c in successes) / len(successes), 4
+        )
+        for k in ks
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -101,6 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
         "always": int((per_state == 1).sum()),
         "never": int((per_state == 0).sum()),
         "between": int(((per_state > 0) & (per_state < 1)).sum()),
+        "pass_at_k": pass_at_k(ok.sum(0).astype(int).tolist(), args.noise_seeds),
         "never_if_independent": round(args.states * (1 - overall) ** args.noise_seeds, 2),
         "by_goal": {g: round(float(np.mean(v)), 3) for g, v in sorted(by_goal.items())},
         "episodes_per_goal": {g: len(v) * args.noise_seeds for g, v in sorted(by_goal.items())},
