@@ -38,7 +38,7 @@ from pathlib import Path
 def pass_at_k(successes: list[int], n: int) -> dict[str, float]:
     """{k: share of states solved at least once in k of their n draws} for k = 1, 2, 4, … ≤ n,
     from each state's number of successes (1 − C(n − c, k) / C(n, k), averaged over states)."""
-    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    ks = [2**i for i in range(n.bit_length())]
     return {
         str(k): round(
             sum(1 - math.comb(n - c, k) / math.comb(n, k) for c in successes) / len(successes), 4

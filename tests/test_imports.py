@@ -21,11 +21,15 @@ assert not started, f"importing the packages started JAX backends {started}"
 """
 
 
-def test_imports_do_not_start_the_jax_backend():
+def _passes(probe: str) -> None:
     r = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_imports_do_not_start_the_jax_backend():
+    _passes(PROBE)
 
 
 LIGHT = """
@@ -39,7 +43,4 @@ assert not heavy, f"importing the CLI imported {heavy}"
 def test_the_cli_imports_neither_mjx_nor_torch():
     """The CLI parses configs and reports bad input before any command runs: mjx with MuJoCo
     Warp (~3 s) and torch load only when an arm env is built or a VLA command runs."""
-    r = subprocess.run(
-        [sys.executable, "-c", LIGHT], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
+    _passes(LIGHT)

@@ -527,14 +527,13 @@ class LeRobotDataset:
         hw = _image_hw(self.features[key])
         rows = np.cumsum([0] + [e.length for e in self.episodes])
         out = np.empty((rows[-1], *hw, 3), np.uint8)
-        files: dict[Path, list[int]] = {}
+        files: dict[Path, list[tuple[int, Episode]]] = {}
         for i, e in enumerate(self.episodes):
-            files.setdefault(e.videos[key][0], []).append(i)
+            files.setdefault(e.videos[key][0], []).append((i, e))
         for path, members in files.items():
-            episodes = [self.episodes[i] for i in members]
-            n = max(e.videos[key][1] + e.length for e in episodes)
+            n = max(e.videos[key][1] + e.length for _, e in members)
             frames = _decode(path, key, 0, n, self.fps, hw)
-            for i, e in zip(members, episodes, strict=True):
+            for i, e in members:
                 first = e.videos[key][1]
                 part = frames[first : first + e.length]
                 _check_frame_count(part, path, key, first, e)

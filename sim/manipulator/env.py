@@ -25,7 +25,6 @@ from flax import struct
 
 from sim.env import Env, State
 from sim.manipulator import _mjx
-from sim.manipulator._mjx import put_scene
 from sim.manipulator.model import SceneConfig, build_model, index_model
 
 if TYPE_CHECKING:
@@ -208,7 +207,7 @@ class ArmEnv(Env):
             self.mj_model.dof_damping[dof : dof + 6] = 1e6
         if len(self.index.finger_qpos) != 2:
             raise ValueError("the arm envs need exactly two finger joints")
-        self.mjx_model, self._data0 = put_scene(self.mj_model, config.scene)
+        self.mjx_model, self._data0 = _mjx.put_scene(self.mj_model, config.scene)
         h = config.scene.cube_half_size
         self.nominal_params = ArmParams(
             cube_half_size=jnp.asarray(h, jnp.float32),

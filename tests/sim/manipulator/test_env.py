@@ -188,9 +188,9 @@ def test_ik_jacobian_matches_autodiff(pick_env):
     for seed in range(3):
         q = px.qpos[ix.arm_qpos] + 0.3 * jax.random.normal(jax.random.key(seed), (7,))
         dpos = jnp.array([0.01, -0.005, 0.003])
-        (pose, _), *_ = columns = [column(q, v) for v in jnp.eye(7)]
+        columns = [column(q, v) for v in jnp.eye(7)]  # (pose error, its derivative) each
         jac = jnp.stack([d for _, d in columns], axis=1)
-        err = jnp.concatenate([dpos, -pose[3:]])
+        err = jnp.concatenate([dpos, -columns[0][0][3:]])
         ref = jac.T @ jnp.linalg.solve(jac @ jac.T + lam2 * jnp.eye(6), err)
         np.testing.assert_allclose(ik_step(mx, px, q, dpos), ref, atol=1e-5)
         assert float(jnp.abs(ref).max()) > 0.1
