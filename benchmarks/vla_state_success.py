@@ -19,6 +19,11 @@ start distance from the robot: the near, middle and far thirds of the env's cube
 states that k noise draws solve at least once, for k = 1, 2, 4, … up to `--noise-seeds` (the
 unbiased estimator of Chen et al. 2021 from each state's successes): what RL that learns from
 its own successful samples (RFT, GRPO with groups of k) can reach without new behaviour.
+`--branches N` replaces the evaluator's sampler by a search with the simulator as the critic
+(`vla.sft._evaluate`): at every chunk each state tries N noise draws from a copy of its env state
+and keeps the chunk that succeeds or earns the most shaped reward. What steering the flow noise
+chunk by chunk (DSRL, Wagenmaker et al. 2025; value-guided sampling, V-GPS, Nakamoto et al. 2024)
+could reach with a perfect one-chunk critic; N times the simulation.
 
   python benchmarks/vla_state_success.py SFT/checkpoints/step_00015000 --out F.json
 
@@ -58,6 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     p.add_argument("--noise-scale", type=float, default=1.0)
     p.add_argument("--action-steps", type=int, default=None)
+    p.add_argument("--branches", type=int, default=1, help="noise draws searched per chunk")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -89,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
             reset_seeds=seeds,
             noise_scale=args.noise_scale,
             action_steps=args.action_steps,
+            branches=args.branches,
         )  # fmt: skip
         for i in range(args.noise_seeds)
     ]
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
         "episodes_per_cube_x": {n: int(m.sum()) * args.noise_seeds for n, m in bands},
         "cube_x_edges_m": [round(e, 4) for e in edges],
         "noise_scale": args.noise_scale,
+        "branches": args.branches,
         "action_steps": args.action_steps or model.config.n_action_steps,
         "failures": {
             "episodes": int(failed.sum()),

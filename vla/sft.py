@@ -492,6 +492,7 @@ def evaluate_closed_loop(
     reset_seeds: np.ndarray | list[int] | None = None,
     noise_scale: float = 1.0,
     action_steps: int | None = None,
+    branches: int = 1,
 ) -> dict[str, Any]:
     """Success of the checkpoint's policy in the arm env its dataset was collected in.
 
@@ -501,7 +502,7 @@ def evaluate_closed_loop(
     the dataset's `max_steps`). `reset_seeds` [N] replays given episodes instead (each reset is
     `env.reset(jax.random.key(reset_seed))` as in `vla.collect`, the cube colour cycled as there:
     the `reset_seed`s of a dataset's first N episodes give those episodes' scenes; `episodes` is
-    then N). `noise_scale` and `action_steps`: see `_evaluate`. Returns success_rate,
+    then N). `noise_scale`, `action_steps` and `branches`: see `_evaluate`. Returns success_rate,
     mean_return, mean_length, episodes, success [episodes] (bool), first_success [episodes] (step
     index, -1 if never), end_cube_lifted, end_cube_goal_m, reached_cube [episodes], instructions
     [episodes], goals [episodes][3] (world, m), seconds."""
@@ -515,7 +516,7 @@ def evaluate_closed_loop(
         env_info = json.loads(state["env_info"])
     return _evaluate(
         model, processor, env_info, episodes, seed, max_steps, compiler_options, reset_seeds,
-        noise_scale, action_steps,
+        noise_scale, action_steps, branches,
     )  # fmt: skip
 
 
@@ -563,6 +564,7 @@ def _evaluate(
     reset_seeds: np.ndarray | list[int] | None = None,
     noise_scale: float = 1.0,
     action_steps: int | None = None,
+    branches: int = 1,
 ) -> dict[str, Any]:
     """Runs `episodes` episodes of the policy batched: at each chunk boundary the cameras are
     rendered for every env (cube in the episode's colour), the state vector is read from the actor
@@ -570,6 +572,12 @@ def _evaluate(
     `seed`, times `noise_scale`: 0 integrates from zero noise), un-normalized, clipped to [-1, 1],
     and its first K actions are executed (K = `action_steps`, default the model's
     `n_action_steps`).
+
+    `branches` N > 1 is a search with the simulator as the critic, not a policy: each env samples
+    N chunks (other noise), runs each from a copy of its state, and keeps the one that
+    `best_branches` ranks first (success in the chunk, then the env's shaped reward summed over
+    it). It bounds what choosing the flow noise chunk by chunk (a steering policy over the noise,
+    value-guided sampling) could reach with a perfect one-chunk critic.
 
     Success follows `vla.collect`: the episode's recorded length is `episode_length` (up to
     `hold_steps` steps after its first success, or its first termination, or `max_steps`) and
@@ -593,6 +601,8 @@ def _evaluate(
     k = c.n_action_steps if action_steps is None else int(action_steps)
     if not 1 <= k <= c.chunk_size:
         raise ValueError(f"action_steps: {k} not in [1, chunk_size = {c.chunk_size}]")
+    if branches < 1:
+        raise ValueError(f"branches: {branches} < 1")
     env, reset, execute = _compiled_env(ccfg, k, tuple(sorted((compiler_options or {}).items())))
     arm = env.unwrapped
     state_idx = jnp.asarray(state_index(env_info["state_fields"], env.action_size))
@@ -624,9 +634,18 @@ def _evaluate(
         t = 0
         while t < t_max:
             actions = _plan(
-                model, processor, renderer, state, state_idx, texts, look, noise_gen, k, noise_scale
-            )
-            state, dead, (s, d, r) = execute(state, dead, actions)
+                model, processor, renderer, state, state_idx, texts, look, noise_gen, k,
+                noise_scale, branches,
+            )  # fmt: skip
+            if branches == 1:
+                state, dead, (s, d, r) = execute(state, dead, actions)
+            else:
+                copies = jax.tree.map(lambda x: jnp.repeat(x, branches, axis=0), (state, dead))
+                state, dead, steps = execute(*copies, actions)
+                s, d, r = (np.asarray(v) for v in steps)
+                pick = best_branches(s, r, branches)
+                state, dead = jax.tree.map(lambda x, i=pick: x[i], (state, dead))
+                s, d, r = s[:, pick], d[:, pick], r[:, pick]
             success.append(np.asarray(s))
             done.append(np.asarray(d))
             reward.append(np.asarray(r))
@@ -647,12 +666,23 @@ def _evaluate(
 
 
 def _plan(
-    model, processor, renderer, state, state_idx, texts, look, noise_gen, k=None, noise_scale=1.0
+    model,
+    processor,
+    renderer,
+    state,
+    state_idx,
+    texts,
+    look,
+    noise_gen,
+    k=None,
+    noise_scale=1.0,
+    branches=1,
 ):
-    """The first `k` actions [k, B, A] (jax; default k: the model's `n_action_steps`) of a new
-    chunk for the batched env `state`: renders the cameras (look = (cube colour per episode,
-    cube geom id)), reads the proprio state (JAX → torch through DLPack), samples a chunk from
-    noise × `noise_scale` and un-normalizes it."""
+    """The first `k` actions [k, B · branches, A] (jax; default k: the model's
+    `n_action_steps`) of new chunks for the batched env `state`, `branches` per env (env-major):
+    renders the cameras (look = (cube colour per episode, cube geom id)), reads the proprio state
+    (JAX → torch through DLPack), samples chunks from noise × `noise_scale` and un-normalizes
+    them."""
     import jax.numpy as jnp
 
     from vla.collect import COLOURS
@@ -664,14 +694,24 @@ def _plan(
     proprio = proprio.to("cpu", torch.float32)  # the processor runs on the host
     batch = processor(obs, proprio, texts)
     device = model.patch_pos.device
-    batch = {key: v.to(device) for key, v in batch.items()}
+    batch = {key: v.repeat_interleave(branches, 0).to(device) for key, v in batch.items()}
+    proprio = proprio.repeat_interleave(branches, 0)
     noise = torch.randn(
-        (len(texts), c.chunk_size, c.action_dim), generator=noise_gen, device=device
+        (len(proprio), c.chunk_size, c.action_dim), generator=noise_gen, device=device
     )
     chunk = model.sample_actions(batch, noise=noise * noise_scale).cpu()
     actions = processor.actions_from_model(chunk, proprio)[:, : k or c.n_action_steps]
     # a host array, not a DLPack view: the jitted env step moves it to the sim's device
     return jnp.asarray(actions.clamp(-1.0, 1.0).transpose(0, 1).numpy())
+
+
+def best_branches(success: np.ndarray, reward: np.ndarray, branches: int) -> np.ndarray:
+    """Indices [B] into B · `branches` env-major copies: per env, the copy with the highest
+    summed reward [K, B · branches] among those whose chunk succeeded (success > 0 at some step),
+    or among all if none did; ties to the first copy, NaN sums last."""
+    total = np.nan_to_num(reward.sum(0), nan=-np.inf)
+    score = total + np.where(success.max(0) > 0, 1e9, 0.0)
+    return score.reshape(-1, branches).argmax(1) + branches * np.arange(len(total) // branches)
 
 
 def _summarize(success: list, done: list, reward: list, hold: int, t_max: int) -> dict[str, Any]:

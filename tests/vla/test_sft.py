@@ -15,7 +15,13 @@ from vla.configuration_sft import SFTConfig
 from vla.dataset import DatasetError, LeRobotDataset, compute_action_chunks
 from vla.frames import load_frames
 from vla.processor_hoverfly_vla import HoverflyVLAProcessor, compute_norm_stats
-from vla.sft import evaluate_closed_loop, final_evaluation, latest_checkpoint, train_sft
+from vla.sft import (
+    best_branches,
+    evaluate_closed_loop,
+    final_evaluation,
+    latest_checkpoint,
+    train_sft,
+)
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning"),  # ffmpeg, EGL probe
@@ -312,6 +318,15 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     assert seen["mean_return"] != ode[0]["mean_return"]
     with pytest.raises(ValueError, match="action_steps"):
         evaluate_closed_loop(ckpt, action_steps=99, **same)
+    # a search over 2 copies of each state (the same 4-env program): from zero noise the copies
+    # are the same, so it ends where the plain evaluator does
+    two = dict(same, episodes=2, reset_seeds=[3, 4], noise_scale=0.0)
+    searched = evaluate_closed_loop(ckpt, seed=0, branches=2, **two)
+    np.testing.assert_allclose(
+        searched["end_cube_goal_m"], ode[0]["end_cube_goal_m"][:2], atol=1e-4
+    )
+    with pytest.raises(ValueError, match="branches"):
+        evaluate_closed_loop(ckpt, branches=0, **same)
     # reset_seeds replays the dataset's episodes: same goals, colours and instructions
     ds = LeRobotDataset(data)
     episodes = [*ds.episodes, ds.episodes[0]]
@@ -325,6 +340,16 @@ def test_closed_loop_evaluation_runs(data, tmp_path):
     # colours cycle with the env's position, as in the dataset: the repeated episode 0 (4th) differs
     assert replay["instructions"][:3] == [e.tasks[0] for e in episodes[:3]]
     np.testing.assert_allclose(replay["goals"], [e.metadata["goal"] for e in episodes], atol=1e-5)
+
+
+def test_best_branches_ranks_success_then_reward():
+    # 2 envs × 3 copies (env-major), 2 steps: env 0's third copy succeeds with less reward than
+    # its second; env 1 has no success, a NaN copy and a tie between its first two
+    success = np.array([[0, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0]])
+    reward = np.array([[1.0, 5.0, 0.5, 2.0, 2.0, np.nan], [0.0, 1.0, 0.5, 1.0, 1.0, 0.0]])
+    np.testing.assert_array_equal(best_branches(success, reward, 3), [2, 3])
+    np.testing.assert_array_equal(best_branches(success[:, :3], reward[:, :3], 1), [0, 1, 2])
+    np.testing.assert_array_equal(best_branches(0 * success, reward, 3), [1, 3])
 
 
 def test_final_evaluation_is_the_trainings_own(data, tmp_path):
