@@ -21,6 +21,7 @@ Metadata (`model.metadata_props`; every value is a JSON document, `read_metadata
                          parameter_set, config_hash, checkpoint_update, activation, hidden
   hoverfly.precision     "fp32" | "fp16" | "int8" | "fp8"
   hoverfly.quantization  null, or {scheme, calibration_percentile, calibration_samples,
+                         input_gain [obs] (int8: the first layer's per-feature stretch),
                          input_scales [layer], weight_scales [layer][out]}
   hoverfly.example       {"obs": [[obs_size]], "actions": [[4]]}: held-out inputs and this
                          artifact's outputs, a self-test that any runtime can replay
@@ -253,8 +254,9 @@ def _calibrate(run, policy, precision, percentile, console) -> tuple[Any, dict |
         obs = record_parity_set(run, "calibration")["obs"]
     q = quantize_policy(policy, precision, obs, percentile)
     scheme = (
-        "int8 symmetric QDQ: per-tensor inputs (zero point 0, clip ±127), per-output-channel "
-        "weights (axis 1), int32 bias at s_in·s_w, float activations"
+        "int8 symmetric QDQ: the normalized observation times a per-feature gain, per-tensor "
+        "inputs (zero point 0, clip ±127), per-output-channel weights (axis 1), int32 bias at "
+        "s_in·s_w, float activations"
         if precision == "int8"
         else "float8 E4M3FN QDQ: per-tensor inputs (amax/448, saturating), per-output-channel "
         "weights (axis 1), float32 bias, float activations"
@@ -263,6 +265,7 @@ def _calibrate(run, policy, precision, percentile, console) -> tuple[Any, dict |
         "scheme": scheme,
         "calibration_percentile": percentile,
         "calibration_samples": len(obs),
+        **({"input_gain": q.input_gain.tolist()} if precision == "int8" else {}),
         "input_scales": list(q.input_scales),
         "weight_scales": [s.tolist() for s in q.weight_scales],
     }

@@ -195,6 +195,8 @@ def build_model(
 def _int8_layer(g: _Graph, q: Int8Policy, i: int, x: str) -> tuple[str, str, str]:
     """Layer i's dequantized input, weight and bias under the int8 scheme of `deploy.quantize`."""
     s_in = np.float32(q.input_scales[i])
+    if i == 0:
+        x = g.op("Mul", [x, g.const("layer0.input_gain", q.input_gain)], "layer0.stretched")
     zero = g.const(f"layer{i}.input_zero_point", np.array(0, np.int8))
     scale = g.const(f"layer{i}.input_scale", np.array(s_in))
     x = g.clip(x, float(QMAX * s_in), np.float32, f"layer{i}.input_clip")

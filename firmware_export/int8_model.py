@@ -57,7 +57,7 @@ class Int8Model:
     in_mean: np.ndarray
     """float32 [obs]."""
     in_scale: np.ndarray
-    """float32 [obs]: 1/(std·s_in0)."""
+    """float32 [obs]: g/(std·s_in0), g the per-feature input gain."""
     layers: tuple[Layer, ...]
     history: int
     """Actions in the observation's history (the float policy's action_history)."""
@@ -72,7 +72,8 @@ def build(q: Int8Policy) -> Int8Model:
                 f"int8 C needs layer outputs in multiples of 4 (SMLAD blocks); got {w.shape}"
             )
     scale0 = np.float32(q.input_scales[0])
-    in_scale = (1.0 / (p.obs_std.astype(np.float64) * float(scale0))).astype(np.float32)
+    gain = q.input_gain.astype(np.float64)
+    in_scale = (gain / (p.obs_std.astype(np.float64) * float(scale0))).astype(np.float32)
     layers = []
     n = len(q.weights_q)
     for i in range(n):
