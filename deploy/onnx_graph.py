@@ -9,7 +9,8 @@ Precisions:
 - fp32: the float policy as is.
 - fp16: Cast(obs → float16) at the input; normalizer, weights and compute in float16;
   Cast(→ float32) at the output, so that I/O names and dtypes stay those of fp32.
-- int8: QDQ with `deploy.quantize`'s scheme. Before each layer Clip(±127·s_in) →
+- int8: QDQ with `deploy.quantize`'s scheme. The normalized observation times the per-feature
+  input gain (Mul), then before each layer Clip(±127·s_in) →
   QuantizeLinear(s_in, int8 zero point 0) → DequantizeLinear; weights are int8 [in, out]
   initializers through DequantizeLinear with per-output-channel scales (axis 1); the bias is the
   scheme's int32 b_q through DequantizeLinear at the accumulator scale s_in·s_w (axis 0, the QDQ

@@ -3,8 +3,8 @@
 It follows `deploy.quantize` (symmetric int8, per-output-channel weight scales, per-tensor input
 scales, int32 accumulation, float activation) with two cheaper steps that make it differ from
 `int8_forward` only rarely, by one int8 step of an input or hidden value:
-- input: q = clip(round_half_even((obs − mean) · scale), ±127) with scale = f32(1/(std·s_in)), one
-  multiply instead of two divisions;
+- input: q = clip(round_half_even((obs − mean) · scale), ±127) with scale = f32(g/(std·s_in)) (g:
+  the scheme's per-feature input gain), one multiply instead of two divisions and the gain;
 - hidden activation: the next layer's int8 input q = round(act(acc·s_in·s_w) / s_out) is read
   from a table. v = (acc·2^shift · m) >> 32 is acc·s_in·s_w/s_out in fixed point with
   `frac_bits` fraction bits (m per output channel); the integer part selects a cell, and within
