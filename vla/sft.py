@@ -694,8 +694,10 @@ def _plan(
     proprio = proprio.to("cpu", torch.float32)  # the processor runs on the host
     batch = processor(obs, proprio, texts)
     device = model.patch_pos.device
-    batch = {key: v.repeat_interleave(branches, 0).to(device) for key, v in batch.items()}
-    proprio = proprio.repeat_interleave(branches, 0)
+    if branches > 1:  # the search's copies share one render and one processor pass
+        batch = {key: v.repeat_interleave(branches, 0) for key, v in batch.items()}
+        proprio = proprio.repeat_interleave(branches, 0)
+    batch = {key: v.to(device) for key, v in batch.items()}
     noise = torch.randn(
         (len(proprio), c.chunk_size, c.action_dim), generator=noise_gen, device=device
     )
