@@ -402,13 +402,13 @@ def _vla(module: str) -> ModuleType:
 
 
 def _register_residual_base(run: Path) -> None:
-    """A residual run on a frozen VLA rebuilds its base through the "vla" base, which `vla.residual`
-    registers when imported (algos/ cannot import vla/)."""
+    """A residual run on a frozen VLA rebuilds its base through the "vla" or "vla_view" base,
+    which `vla.residual` registers when imported (algos/ cannot import vla/)."""
     try:
         cfg = json.loads((run / "config.json").read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # not a run folder: the command names the problem
-    if isinstance(cfg, dict) and (cfg.get("residual") or {}).get("base") == "vla":
+    if isinstance(cfg, dict) and (cfg.get("residual") or {}).get("base") in ("vla", "vla_view"):
         import vla.residual  # noqa: F401
 
 

@@ -45,6 +45,11 @@ class VLAResidualConfig:
         fields=POSE_FIELDS, noise_std=0.005, dropout_prob=0.1, targets=("residual",)
     )
     """Object-pose noise and dropout on the residual's observation (the VLA sees images)."""
+    view: Literal["poses", "vla"] = "poses"
+    """What the residual's actor sees: "poses", the arm observation with its object poses (under
+    `augmentation`; the object-centric recipe); "vla", what the VLA sees: its proprio state and
+    the pooled prefix features of the episode's first plan and of its latest (no object poses,
+    `augmentation` unused). Either way the critic reads the privileged state."""
     perturbation: manipulator.PerturbationConfig = manipulator.PerturbationConfig(episode_prob=0.0)
     """Arm perturbations (pose-detection errors, shoves) in training and evaluation; off at 0."""
     algo: Literal["ppo", "sac"] = "ppo"

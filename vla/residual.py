@@ -17,8 +17,8 @@ and only the envs whose chunk is exhausted are rendered and re-planned (identica
 The flow noise is fixed (one [H, A] draw from `noise_seed`), so the base is a deterministic
 function of (images, proprio, instruction): the residual learns against a reproducible base.
 
-`import vla.residual` registers the base "vla" (`algos.residual.register_base`), so a run folder
-with `residual.base = "vla"` (`residual.base_run` = the VLA checkpoint) loads with
+`import vla.residual` registers the bases "vla" and "vla_view" (`algos.residual.register_base`), so
+a run folder with `residual.base = "vla"` (`residual.base_run` = the VLA checkpoint) loads with
 `algos.run_folder.load_run` once this module is imported (algos/ cannot import vla/).
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import os
 import threading
@@ -64,11 +65,15 @@ EVAL_FILE = "eval_vla_residual.json"
 class VLABaseCarry(NamedTuple):
     """The VLA base's per-env carry. chunk: [K, A] actions of the current chunk (clipped, env
     units). step: [] int32 index of the next action in it (K: re-plan). colour: [] int32 index of
-    the cube colour into the checkpoint's collect colours (drawn at reset)."""
+    the cube colour into the checkpoint's collect colours (drawn at reset). features: [2, D] the
+    pooled prefix (`PrefixCache.pooled`) of the episode's first plan and of its latest one (the
+    view of `make_vla_base(view=True)`); fresh: [] bool, no plan yet in this episode."""
 
     chunk: jax.Array
     step: jax.Array
     colour: jax.Array
+    features: jax.Array
+    fresh: jax.Array
 
 
 # -- host side -----------------------------------------------------------------------------------
@@ -90,34 +95,38 @@ class _Planner:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vla-base")
         self._lock = threading.Lock()
 
-    def __call__(self, need, qpos, mocap, half, goal, proprio, colour, chunk) -> np.ndarray:
-        """chunk [..., K, A] with the rows where `need` [...] is set re-planned."""
+    def __call__(self, need, qpos, mocap, half, goal, proprio, colour, chunk, features):
+        """(chunk [..., K, A], features [..., D]) with the rows where `need` [...] is set
+        re-planned: a new chunk and the pooled prefix it was planned from."""
         with self._lock:
             return self._pool.submit(
-                self._plan_batch, need, qpos, mocap, half, goal, proprio, colour, chunk
+                self._plan_batch, need, qpos, mocap, half, goal, proprio, colour, chunk, features
             ).result()
 
-    def _plan_batch(self, need, qpos, mocap, half, goal, proprio, colour, chunk) -> np.ndarray:
+    def _plan_batch(self, need, qpos, mocap, half, goal, proprio, colour, chunk, features):
         lead = np.shape(need)
         n = int(np.prod(lead, dtype=np.int64))
         out = np.array(chunk, np.float32).reshape(n, *np.shape(chunk)[len(lead) :])
+        pooled = np.array(features, np.float32).reshape(n, -1)
         rows = np.flatnonzero(np.asarray(need).reshape(n))
         if rows.size == 0:
-            return out.reshape(np.shape(chunk))
+            return out.reshape(np.shape(chunk)), pooled.reshape(np.shape(features))
         flat = [np.asarray(a).reshape(n, -1)[rows] for a in (qpos, mocap, half, goal, proprio)]
         col = np.asarray(colour).reshape(n)[rows]
         # identical scenes (e.g. the padding of the auto-reset) are planned once
         key = np.concatenate([a.astype(np.float64) for a in flat] + [col[:, None]], axis=1)
         _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
         q, m, h, g, p = (a[first] for a in flat)
-        planned = self.plan(q, m.reshape(len(first), -1, 3), h[:, 0], g, p, col[first])
+        planned, f = self.plan(q, m.reshape(len(first), -1, 3), h[:, 0], g, p, col[first])
         out[rows] = planned[inverse.reshape(-1)]
+        pooled[rows] = f[inverse.reshape(-1)]
         self.plans += len(first)
-        return out.reshape(np.shape(chunk))
+        return out.reshape(np.shape(chunk)), pooled.reshape(np.shape(features))
 
-    def plan(self, qpos, mocap, half, goal, proprio, colour) -> np.ndarray:
-        """Actions [N, K, A] (clipped) of new chunks for N scenes: qpos [N, nq], mocap [N, nm, 3],
-        half [N] (m), goal [N, 3] (m), proprio [N, Ds], colour [N] (index)."""
+    def plan(self, qpos, mocap, half, goal, proprio, colour) -> tuple[np.ndarray, np.ndarray]:
+        """Actions [N, K, A] (clipped) of new chunks for N scenes and the pooled prefix [N, D]
+        they were planned from: qpos [N, nq], mocap [N, nm, 3], half [N] (m), goal [N, 3] (m),
+        proprio [N, Ds], colour [N] (index)."""
         from vla.collect import goal_region, instruction
 
         names = self.ccfg.colours
@@ -133,9 +142,11 @@ class _Planner:
         with torch.inference_mode():
             batch = {k: v.to(device) for k, v in self.processor(obs, state, texts).items()}
             noise = self.noise.to(device).expand(len(state), *self.noise.shape).contiguous()
-            chunk = self.model.sample_actions(batch, noise=noise).cpu()
+            cache = self.model.embed_prefix(batch)
+            chunk = self.model.sample_actions(batch, noise=noise, cache=cache).cpu()
             actions = self.processor.actions_from_model(chunk, state)[:, : self.k]
-        return actions.clamp(-1.0, 1.0).numpy().astype(np.float32)
+        pooled = cache.pooled.float().cpu().numpy()
+        return actions.clamp(-1.0, 1.0).numpy().astype(np.float32), pooled
 
     def _render(self, qpos, mocap, half, colour) -> np.ndarray:
         """[N, H, W · cams, 3] uint8, each cube in its colour (as `vla.sft._render`)."""
@@ -186,13 +197,17 @@ def make_vla_base(
     env_info: dict[str, Any] | None = None,
     noise_seed: int = 0,
     device: str | None = None,
+    view: bool = False,
 ) -> BasePolicy:
     """The frozen VLA of `checkpoint_dir` as a residual base for the unbatched arm env `env`
     (pick-place, Cartesian actions: the env of `vla.collect.make_collect_env`, wrappers allowed).
 
     `env_info`: the dataset's "hoverfly" info (collect settings, state fields; default: the copy
     in the checkpoint's train_state.pt). `noise_seed`: the fixed flow noise [H, A] of every plan.
-    `device`: torch device (default: cuda when available, else cpu).
+    `device`: torch device (default: cuda when available, else cpu). `view`: the residual sees
+    what the VLA sees (`BasePolicy.observe`): its proprio state, the pooled prefix of the
+    episode's first plan (the scene before the arm moves: the cube's start in view) and of its
+    latest plan, instead of the env observation with its object poses.
 
     Returns a `BasePolicy` with `needs_state`: init(state) -> `VLABaseCarry` (colour drawn from
     the reset key), apply(obs [O], carry, state) -> (action [A] in [-1, 1], carry), pure JAX
@@ -211,20 +226,21 @@ def make_vla_base(
     g = torch.Generator().manual_seed(noise_seed)
     noise = torch.randn((1, c.chunk_size, c.action_dim), generator=g)[0]
     planner = _Planner(model, processor, env, ccfg, noise)
-    k, a, n_colours = c.n_action_steps, c.action_dim, len(ccfg.colours)
+    k, a, d, n_colours = c.n_action_steps, c.action_dim, c.d_model, len(ccfg.colours)
     idx = jnp.asarray(state_idx)
 
     def init(state: State) -> VLABaseCarry:
         key = jax.random.fold_in(state.info["rng"], 0x5EED)  # derived, not the env's own key
         colour = jax.random.randint(key, (), 0, n_colours, jnp.int32)
-        return VLABaseCarry(jnp.zeros((k, a)), jnp.asarray(k, jnp.int32), colour)
+        k_steps = jnp.asarray(k, jnp.int32)
+        return VLABaseCarry(jnp.zeros((k, a)), k_steps, colour, jnp.zeros((2, d)), jnp.array(True))
 
     def apply(obs: jax.Array, carry: VLABaseCarry, state: State):
         need = carry.step >= k
         px = state.data.physics
-        chunk = jax.pure_callback(
+        chunk, latest = jax.pure_callback(
             planner,
-            jax.ShapeDtypeStruct((k, a), jnp.float32),
+            (jax.ShapeDtypeStruct((k, a), jnp.float32), jax.ShapeDtypeStruct((d,), jnp.float32)),
             need,
             px.qpos,
             px.mocap_pos,
@@ -233,30 +249,41 @@ def make_vla_base(
             obs[idx],
             carry.colour,
             carry.chunk.astype(jnp.float32),
+            carry.features[1],
             vmap_method="broadcast_all",
         )
         step = jnp.where(need, 0, carry.step)
         action = jax.lax.stop_gradient(chunk[step])
-        return action, VLABaseCarry(chunk, step + 1, carry.colour)
+        features = jnp.stack([jnp.where(carry.fresh, latest, carry.features[0]), latest])
+        return action, VLABaseCarry(chunk, step + 1, carry.colour, features, carry.fresh & ~need)
+
+    def observe(obs: jax.Array, carry: VLABaseCarry) -> jax.Array:
+        return jnp.concatenate([obs[idx], carry.features.reshape(-1)])
 
     apply.planner = planner  # the host side, for tests and logs (`plans`, `plan`)
-    return BasePolicy(init, apply, env.observation_size["state"][0], needs_state=True)
+    size = env.observation_size["state"][0]
+    if not view:
+        return BasePolicy(init, apply, size, needs_state=True)
+    return BasePolicy(init, apply, size, True, observe, len(state_idx) + 2 * d)
 
 
 _BASES: dict[tuple, BasePolicy] = {}
 
 
-def _registered_vla_base(source: str, env: Env) -> BasePolicy:
-    """Factory of the registered base "vla": one base per checkpoint and arm config in a process
-    (training, its final evaluation and `evaluate_vla_residual` share the model and renderer)."""
+def _registered_vla_base(source: str, env: Env, view: bool = False) -> BasePolicy:
+    """Factory of the registered bases "vla" and "vla_view" (`view`): one base per checkpoint,
+    arm config and view in a process (training, its final evaluation and `evaluate_vla_residual`
+    share the model and renderer)."""
     arm = env.unwrapped
-    key = (str(Path(source).resolve()), getattr(arm, "config", None), env.observation_size["state"])
+    key = (str(Path(source).resolve()), getattr(arm, "config", None))
+    key += (env.observation_size["state"], view)
     if key not in _BASES:
-        _BASES[key] = make_vla_base(source, env)
+        _BASES[key] = make_vla_base(source, env, view=view)
     return _BASES[key]
 
 
 register_base("vla", _registered_vla_base)
+register_base("vla_view", functools.partial(_registered_vla_base, view=True))
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -274,9 +301,12 @@ def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
     steps = cfg.episode_steps or ccfg.max_steps
     arm = dataclasses.replace(collect_arm_config(ccfg), episode_steps=steps)
     seconds = steps * arm.ctrl_dt
-    residual = ResidualConfig(
-        base="vla", base_run=str(ckpt), scale=cfg.scale, augmentation=cfg.augmentation
-    )
+    if cfg.view == "vla":
+        residual = ResidualConfig(base="vla_view", base_run=str(ckpt), scale=cfg.scale)
+    else:
+        residual = ResidualConfig(
+            base="vla", base_run=str(ckpt), scale=cfg.scale, augmentation=cfg.augmentation
+        )
     return dataclasses.replace(
         ARM_PRESETS["cpu"],
         task="arm-pick-place",
@@ -384,10 +414,10 @@ def make_expert_rollout(
     at the edge. ValueError for a run whose base is not a VLA, or a student for another env."""
     run = load_run(Path(run_dir))
     cfg = run.config
-    if cfg.residual.base != "vla":
+    if cfg.residual.base not in ("vla", "vla_view"):
         raise ValueError(
             f"{run_dir}: config.json: residual.base is {cfg.residual.base!r}; an expert run is a "
-            "`hoverfly vla residual` run (base 'vla')"
+            "`hoverfly vla residual` run (base 'vla' or 'vla_view')"
         )
     env = _without_augmentation(run)
     policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)

@@ -30,6 +30,11 @@ class BasePolicy(NamedTuple):
     needs_state: bool = False
     """When True: init(state) and apply(obs, carry, state), `state` the wrapped env's unbatched
     `sim.State` (at reset, and after each step)."""
+    observe: Callable[[jax.Array, Any], jax.Array] | None = None
+    """The residual's view, observe(obs [obs_size], carry) -> [view_size] (the carry after
+    `apply`), in place of the env observation; None: the env observation."""
+    view_size: int | None = None
+    """Length of `observe`'s view."""
 
 
 BaseFactory = Callable[[str, Any], BasePolicy]

@@ -62,20 +62,21 @@ class ResidualConfig:
     (`sim.manipulator.scripted`, arm tasks with cartesian actions); "run", the deterministic actor
     of the trained run folder `base_run` (same task family and observation); "vla", the frozen
     VLA checkpoint `base_run` (built by the factory `vla.residual` registers: algos does not
-    import vla, see `algos.residual.register_base`).
+    import vla, see `algos.residual.register_base`); "vla_view", the same VLA, and the residual
+    sees what the VLA sees instead of the env observation (`vla.residual.make_vla_base`'s view).
     """
 
-    base: Literal["none", "controller", "scripted", "run", "vla"] = "none"
+    base: Literal["none", "controller", "scripted", "run", "vla", "vla_view"] = "none"
     """Frozen base policy."""
     base_run: str = ""
-    """Run folder of the base when base is "run"; VLA checkpoint folder when base is "vla"."""
+    """Run folder of the base when base is "run"; VLA checkpoint folder when base is a VLA."""
     scale: ResidualScale = ResidualScale()
     augmentation: ObsAugmentation = ObsAugmentation()
 
     def validate(self) -> None:
         self.scale.validate()
         self.augmentation.validate()
-        if (self.base in ("run", "vla")) != bool(self.base_run):
+        if (self.base in ("run", "vla", "vla_view")) != bool(self.base_run):
             raise ValueError(
-                'residual.base_run is needed exactly when residual.base is "run" or "vla"'
+                'residual.base_run is needed exactly when residual.base is "run" or a VLA'
             )

@@ -7,10 +7,11 @@ Reinforcement Learning for Robot Control", ICRA 2019; Silver et al., "Residual P
 
 The base runs inside the env step on the (optionally corrupted) observation and its carry (e.g. PID
 integrators) lives in `state.info["base_state"]`, so the auto-reset wrapper resets it with the
-episode. The actor observation is the residual's view of the env observation with the base action
-appended (the common practice: the residual sees what it corrects); the privileged critic
-observation gets the base action appended too. `default_action` is zeros, so PPO's actor starts at
-"no correction" and the untrained wrapper behaves as the base alone.
+episode. The actor observation is the residual's view of the env observation (or the base's own
+view, `BasePolicy.observe`) with the base action appended (the common practice: the residual sees
+what it corrects); the privileged critic observation gets the base action appended too.
+`default_action` is zeros, so PPO's actor starts at "no correction" and the untrained wrapper
+behaves as the base alone.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class ResidualWrapper(Wrapper):
         augmentation.validate()
         self.base, self.scale, self.augmentation = base, scale, augmentation
         self._needs_state = bool(getattr(base, "needs_state", False))
+        self._observe = getattr(base, "observe", None)
+        self._view_size = getattr(base, "view_size", None) if self._observe else None
         n = env.observation_size["state"][0]
         want = getattr(base, "obs_size", None)
         if want is not None and want != n:
@@ -117,6 +120,8 @@ class ResidualWrapper(Wrapper):
             base_action, carry = self.base.apply(base_obs, carry)
         base_action = jnp.clip(base_action, -1.0, 1.0)
         actor_obs = corrupted if "residual" in targets else obs
+        if self._observe is not None:
+            actor_obs = self._observe(base_obs, carry)
         wrapped = {
             **inner.obs,
             "state": jnp.concatenate([actor_obs, base_action]),
@@ -174,7 +179,7 @@ class ResidualWrapper(Wrapper):
         a = self.env.action_size
         return {
             **sizes,
-            "state": (sizes["state"][0] + a,),
+            "state": ((self._view_size or sizes["state"][0]) + a,),
             "privileged_state": (sizes["privileged_state"][0] + a,),
         }
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from algos import run_folder
-from algos.residual import ResidualScale, ResidualWrapper
+from algos.residual import ResidualConfig, ResidualScale, ResidualWrapper
 from sim.manipulator import CameraRenderer, make_scripted_base
 from vla.checkpoint import save_checkpoint
 from vla.collect import (
@@ -164,6 +164,11 @@ def test_base_plans_like_the_closed_loop_evaluator_and_replans_every_k(checkpoin
         carry.chunk, _plan_each(checkpoint, env, last, carry.colour), atol=2e-5
     )
     assert np.array_equal(carry.colour, carry0.colour)  # the episode keeps its cube colour
+    # features: the pooled prefix of the first plan (kept) and of the latest (re-planned)
+    assert carry0.features.shape == (B, 2, 128) and not carry0.fresh.any()
+    np.testing.assert_array_equal(carry0.features[:, 0], carry0.features[:, 1])
+    np.testing.assert_array_equal(carry.features[:, 0], carry0.features[:, 0])
+    assert not np.allclose(carry.features[:, 1], carry0.features[:, 1])
     # the base plays chunk[t mod K]: the reset chunk for t < K, then a new one
     steps = np.asarray(out["chunk_step"])
     assert np.array_equal(steps[:, 0], [1, 2, 3, 4, 1, 2, 3, 4])
@@ -187,6 +192,27 @@ def test_zero_correction_is_the_base_alone(wrapped):
     _, _, corrected = jax.device_get(roll(SEEDS, 1.0, residual))
     assert np.all(corrected["correction"] > 0)
     assert not np.array_equal(corrected["qpos"][-1], alone["qpos"][-1])
+
+
+def test_the_view_base_shows_the_residual_what_the_vla_sees(checkpoint, wrapped):
+    """`view=True`: the residual's observation is the VLA's proprio state and its two pooled
+    prefixes (no object poses), the base action appended; the critic keeps the privileged
+    state."""
+    env, base, w, roll = wrapped
+    view = make_vla_base(checkpoint, env, device="cpu", view=True)
+    vw = ResidualWrapper(env, view)
+    idx = np.asarray(state_index(STATE_FIELDS, 4))
+    assert vw.observation_size["state"] == (len(idx) + 2 * 128 + 4,)
+    assert vw.observation_size["privileged_state"] == w.observation_size["privileged_state"]
+    first = jax.device_get(roll(SEEDS, 0.0, jnp.zeros((T, B, 4))))[0]
+    carry, obs = first.info["base_state"], first.info["inner_obs"]["state"]
+    seen = np.asarray(jax.vmap(view.observe)(jnp.asarray(obs), carry))
+    np.testing.assert_array_equal(seen[:, : len(idx)], obs[:, idx])
+    np.testing.assert_array_equal(seen[:, len(idx) :], carry.features.reshape(B, -1))
+    cfg = residual_train_config(VLAResidualConfig(str(checkpoint), "unused", view="vla"))
+    assert cfg.residual.base == "vla_view" and not cfg.residual.augmentation.fields
+    with pytest.raises(ValueError, match="base_run"):
+        ResidualConfig(base="vla_view").validate()
 
 
 def test_base_checks_the_env(checkpoint):
@@ -303,7 +329,8 @@ def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, reset
             args = (replay["qpos"][step, i], replay["mocap_pos"][step, i])
             args += (replay["cube_half_size"][i], replay["goal"][i], replay["obs"][step, i, idx])
             args = tuple(np.asarray(a)[None] for a in args) + (np.asarray([colour]),)
-            return planner(np.ones(1, bool), *args, np.zeros((1, planner.k, 4), np.float32))[0, 0]
+            chunk, features = np.zeros((1, planner.k, 4), np.float32), np.zeros((1, 128))
+            return planner(np.ones(1, bool), *args, chunk, features)[0][0, 0]
 
         # the student's first action, from the reset; the expert's base, from the takeover state
         colour = first.info["base_state"].colour[i]
