@@ -261,10 +261,8 @@ def make_vla_base(
         return jnp.concatenate([obs[idx], carry.features.reshape(-1)])
 
     apply.planner = planner  # the host side, for tests and logs (`plans`, `plan`)
-    size = env.observation_size["state"][0]
-    if not view:
-        return BasePolicy(init, apply, size, needs_state=True)
-    return BasePolicy(init, apply, size, True, observe, len(state_idx) + 2 * d)
+    seen = {"observe": observe, "view_size": len(state_idx) + 2 * d} if view else {}
+    return BasePolicy(init, apply, env.observation_size["state"][0], needs_state=True, **seen)
 
 
 _BASES: dict[tuple, BasePolicy] = {}
