@@ -81,9 +81,15 @@ def calibrate_int8(
     if obs.shape[0] == 0 or not np.all(np.isfinite(obs)):
         raise ValueError("calibration observations must be a non-empty finite [N, obs] array")
     inputs = layer_inputs(policy, obs)
-    amax = lambda x, axis=None: (  # noqa: E731
-        np.percentile(np.abs(x), percentile, axis=axis) if percentile < 100 else np.abs(x).max(axis)
-    )
+
+    def amax(x: np.ndarray, axis: int | None = None) -> np.ndarray:
+        """The calibrated max |x| (the `percentile` of |x|), overall or per feature (axis 0)."""
+        return (
+            np.percentile(np.abs(x), percentile, axis=axis)
+            if percentile < 100
+            else np.abs(x).max(axis)
+        )
+
     feature = np.maximum(amax(inputs[0], 0), 1e-8)
     gain = np.clip(feature.max() / (HEADROOM * feature), 1.0, MAX_GAIN).astype(np.float32)
     inputs[0] = inputs[0] * gain

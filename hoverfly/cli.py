@@ -34,6 +34,7 @@ from tyro.constructors import ConstructorRegistry, StructConstructorSpec, Struct
 
 from algos import PRESETS, TrainConfig, get_preset, runner
 from algos.presets import ALGOS
+from algos.residual import VLA_BASES
 from algos.run_folder import RunError
 from sim import TASKS
 from vla.collect import CollectConfig
@@ -408,7 +409,7 @@ def _register_residual_base(run: Path) -> None:
         cfg = json.loads((run / "config.json").read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # not a run folder: the command names the problem
-    if isinstance(cfg, dict) and (cfg.get("residual") or {}).get("base") in ("vla", "vla_view"):
+    if isinstance(cfg, dict) and (cfg.get("residual") or {}).get("base") in VLA_BASES:
         import vla.residual  # noqa: F401
 
 

@@ -40,7 +40,7 @@ import torch
 
 from algos.evaluate import eval_steps, rollout, summarize
 from algos.presets import ARM_PRESETS, EvalConfig, TrainConfig
-from algos.residual import BasePolicy, ObsAugmentation, ResidualConfig, register_base
+from algos.residual import VLA_BASES, BasePolicy, ObsAugmentation, ResidualConfig, register_base
 from algos.run_folder import atomic_write, load_run, make_run_policy, make_train_env
 from sim import Env, State, manipulator
 from vla.checkpoint import load_checkpoint, load_train_state, resolve_checkpoint
@@ -95,33 +95,32 @@ class _Planner:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vla-base")
         self._lock = threading.Lock()
 
-    def __call__(self, need, qpos, mocap, half, goal, proprio, colour, chunk, features):
-        """(chunk [..., K, A], features [..., D]) with the rows where `need` [...] is set
-        re-planned: a new chunk and the pooled prefix it was planned from."""
+    def __call__(self, need, qpos, mocap, half, goal, proprio, colour):
+        """(chunk [..., K, A], features [..., D]) for the rows where `need` [...] is set: a new
+        chunk and the pooled prefix it was planned from (zeros in the other rows)."""
         with self._lock:
             return self._pool.submit(
-                self._plan_batch, need, qpos, mocap, half, goal, proprio, colour, chunk, features
+                self._plan_batch, need, qpos, mocap, half, goal, proprio, colour
             ).result()
 
-    def _plan_batch(self, need, qpos, mocap, half, goal, proprio, colour, chunk, features):
+    def _plan_batch(self, need, qpos, mocap, half, goal, proprio, colour):
         lead = np.shape(need)
         n = int(np.prod(lead, dtype=np.int64))
-        out = np.array(chunk, np.float32).reshape(n, *np.shape(chunk)[len(lead) :])
-        pooled = np.array(features, np.float32).reshape(n, -1)
+        out = np.zeros((n, self.k, self.model.config.action_dim), np.float32)
+        pooled = np.zeros((n, self.model.config.d_model), np.float32)
         rows = np.flatnonzero(np.asarray(need).reshape(n))
-        if rows.size == 0:
-            return out.reshape(np.shape(chunk)), pooled.reshape(np.shape(features))
-        flat = [np.asarray(a).reshape(n, -1)[rows] for a in (qpos, mocap, half, goal, proprio)]
-        col = np.asarray(colour).reshape(n)[rows]
-        # identical scenes (e.g. the padding of the auto-reset) are planned once
-        key = np.concatenate([a.astype(np.float64) for a in flat] + [col[:, None]], axis=1)
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        q, m, h, g, p = (a[first] for a in flat)
-        planned, f = self.plan(q, m.reshape(len(first), -1, 3), h[:, 0], g, p, col[first])
-        out[rows] = planned[inverse.reshape(-1)]
-        pooled[rows] = f[inverse.reshape(-1)]
-        self.plans += len(first)
-        return out.reshape(np.shape(chunk)), pooled.reshape(np.shape(features))
+        if rows.size:
+            flat = [np.asarray(a).reshape(n, -1)[rows] for a in (qpos, mocap, half, goal, proprio)]
+            col = np.asarray(colour).reshape(n)[rows]
+            # identical scenes (e.g. the padding of the auto-reset) are planned once
+            key = np.concatenate([a.astype(np.float64) for a in flat] + [col[:, None]], axis=1)
+            _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            q, m, h, g, p = (a[first] for a in flat)
+            planned, f = self.plan(q, m.reshape(len(first), -1, 3), h[:, 0], g, p, col[first])
+            out[rows] = planned[inverse.reshape(-1)]
+            pooled[rows] = f[inverse.reshape(-1)]
+            self.plans += len(first)
+        return out.reshape(*lead, *out.shape[1:]), pooled.reshape(*lead, -1)
 
     def plan(self, qpos, mocap, half, goal, proprio, colour) -> tuple[np.ndarray, np.ndarray]:
         """Actions [N, K, A] (clipped) of new chunks for N scenes and the pooled prefix [N, D]
@@ -238,7 +237,7 @@ def make_vla_base(
     def apply(obs: jax.Array, carry: VLABaseCarry, state: State):
         need = carry.step >= k
         px = state.data.physics
-        chunk, latest = jax.pure_callback(
+        planned, pooled = jax.pure_callback(
             planner,
             (jax.ShapeDtypeStruct((k, a), jnp.float32), jax.ShapeDtypeStruct((d,), jnp.float32)),
             need,
@@ -248,10 +247,10 @@ def make_vla_base(
             state.data.goal,
             obs[idx],
             carry.colour,
-            carry.chunk.astype(jnp.float32),
-            carry.features[1],
             vmap_method="broadcast_all",
         )
+        chunk = jnp.where(need, planned, carry.chunk)
+        latest = jnp.where(need, pooled, carry.features[1])
         step = jnp.where(need, 0, carry.step)
         action = jax.lax.stop_gradient(chunk[step])
         features = jnp.stack([jnp.where(carry.fresh, latest, carry.features[0]), latest])
@@ -272,9 +271,8 @@ def _registered_vla_base(source: str, env: Env, view: bool = False) -> BasePolic
     """Factory of the registered bases "vla" and "vla_view" (`view`): one base per checkpoint,
     arm config and view in a process (training, its final evaluation and `evaluate_vla_residual`
     share the model and renderer)."""
-    arm = env.unwrapped
-    key = (str(Path(source).resolve()), getattr(arm, "config", None))
-    key += (env.observation_size["state"], view)
+    arm_config = getattr(env.unwrapped, "config", None)
+    key = (str(Path(source).resolve()), arm_config, env.observation_size["state"], view)
     if key not in _BASES:
         _BASES[key] = make_vla_base(source, env, view=view)
     return _BASES[key]
@@ -412,10 +410,10 @@ def make_expert_rollout(
     at the edge. ValueError for a run whose base is not a VLA, or a student for another env."""
     run = load_run(Path(run_dir))
     cfg = run.config
-    if cfg.residual.base not in ("vla", "vla_view"):
+    if cfg.residual.base not in VLA_BASES:
         raise ValueError(
             f"{run_dir}: config.json: residual.base is {cfg.residual.base!r}; an expert run is a "
-            "`hoverfly vla residual` run (base 'vla' or 'vla_view')"
+            f"`hoverfly vla residual` run (base one of {VLA_BASES})"
         )
     env = _without_augmentation(run)
     policy = make_run_policy(cfg.algo, run.network, run.params, deterministic=True)

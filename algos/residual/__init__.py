@@ -11,7 +11,7 @@ from algos.residual.base import (
     registered_base,
     zero_policy,
 )
-from algos.residual.config import ObsAugmentation, ResidualConfig, ResidualScale
+from algos.residual.config import VLA_BASES, ObsAugmentation, ResidualConfig, ResidualScale
 from algos.residual.wrapper import ResidualWrapper, field_layout, residual_scale
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ResidualConfig",
     "ResidualScale",
     "ResidualWrapper",
+    "VLA_BASES",
     "base_from_callable",
     "base_from_run",
     "field_layout",

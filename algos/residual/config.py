@@ -53,6 +53,10 @@ class ObsAugmentation:
             )
 
 
+VLA_BASES = ("vla", "vla_view")
+"""The bases that `vla.residual` registers (a frozen VLA checkpoint as `base_run`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ResidualConfig:
     """A residual run: the frozen base the learner corrects ("none": a plain run).
@@ -76,7 +80,7 @@ class ResidualConfig:
     def validate(self) -> None:
         self.scale.validate()
         self.augmentation.validate()
-        if (self.base in ("run", "vla", "vla_view")) != bool(self.base_run):
+        if (self.base == "run" or self.base in VLA_BASES) != bool(self.base_run):
             raise ValueError(
                 'residual.base_run is needed exactly when residual.base is "run" or a VLA'
             )

@@ -329,8 +329,7 @@ def test_a_student_drives_until_the_expert_takes_over(checkpoint, wrapped, reset
             args = (replay["qpos"][step, i], replay["mocap_pos"][step, i])
             args += (replay["cube_half_size"][i], replay["goal"][i], replay["obs"][step, i, idx])
             args = tuple(np.asarray(a)[None] for a in args) + (np.asarray([colour]),)
-            chunk, features = np.zeros((1, planner.k, 4), np.float32), np.zeros((1, 128))
-            return planner(np.ones(1, bool), *args, chunk, features)[0][0, 0]
+            return planner(np.ones(1, bool), *args)[0][0, 0]
 
         # the student's first action, from the reset; the expert's base, from the takeover state
         colour = first.info["base_state"].colour[i]
