@@ -309,11 +309,11 @@ def bench_env(args: Args, batch: int, key: jax.Array, name: str, batch_axis: int
     r["resets_per_env_step"] = float(sum(box["resets"])) / (
         batch * args.env_steps * len(box["resets"])
     )
-    if name == "fused_rollout":
-        del box
-        r["agreement"] = fused_agreement(args, batch, key)
     feature_axis = 1 if batch_axis == 0 else 0
     r["observation_sizes"] = {k: v.shape[feature_axis] for k, v in box["state"].obs.items()}
+    if name == "fused_rollout":
+        box.clear()  # the timed state's device memory
+        r["agreement"] = fused_agreement(args, batch, key)
     return r
 
 
