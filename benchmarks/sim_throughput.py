@@ -20,9 +20,6 @@ Ours, for each batch size (parallel envs), timed as `steps` env steps inside one
                   (`policies.pallas_actor`: the hidden layers stay on chip) that reads the 18
                   measured rows of the observation (`ObservationSubset(head=18)`) and the action
                   history from the state; GPU only.
-  fused_rollout   `pallas_actor_rollout` as one kernel over all the steps of a call
-                  (`algos.fused_rollout`: the state stays in registers, the same env, actor and
-                  random draws); GPU only.
 With `--batch-axes 0 -1`, `env`, `policy_rollout` and `actor_rollout` also run with the batch on
 the last axis of every leaf (`wrap_for_training(..., batch_axis=-1)`: observations [F, B], actions
 [A, B]; the policy is `jax.vmap(policy, in_axes=-1, out_axes=-1)`), reported as `<name>_batch_last`.
@@ -55,17 +52,13 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from algos.fused_rollout import make_fused_rollout
 from policies import make_pallas_actor
 from policies.actor_critic import NetworkConfig, make_actor_critic, make_policy
 from sim import ObservationSubset, make_env, wrap_for_training
 from sim.quadrotor import Disturbance, QuadrotorConfig, RigidState, get_params, integrate
 from sim.quadrotor.params import GRAVITY
 
-Benchmark = Literal[
-    "dynamics", "env", "policy_rollout", "actor_rollout", "pallas_actor_rollout", "fused_rollout"
-]
-TRITON = ("pallas_actor_rollout", "fused_rollout")  # Triton kernels over batch-last rows
+Benchmark = Literal["dynamics", "env", "policy_rollout", "actor_rollout", "pallas_actor_rollout"]
 PEER_SCRIPT = Path(__file__).with_name("l2f_peer.py")
 
 
@@ -90,12 +83,6 @@ class Args:
     pallas_fast_tanh: bool = True
     """`pallas_actor_rollout` with the GPU's tanh.approx.f32 in the hidden layers (relative error
     ≤ 2⁻¹¹, the rounding of the TF32 matmuls beside it)."""
-    fused_block_size: int = 64
-    """Envs per Triton program of `fused_rollout`'s kernel."""
-    fused_num_warps: int = 4
-    """Warps per Triton program of `fused_rollout`'s kernel."""
-    fused_unroll: int = 1
-    """Unroll of `fused_rollout`'s in-kernel step loop."""
     pallas_history_from_state: bool = True
     """`pallas_actor_rollout`'s kernel reads the action history from the state (`data.actions`)
     and the env writes only the 18 measured rows of the observation; off: the whole 50-row
@@ -224,13 +211,13 @@ def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: 
     arguments: `run(state, net, action) -> (state, resets)`, `env_steps` steps per call, the
     state donated."""
     pallas = name == "pallas_actor_rollout"
-    if name in TRITON and batch_axis != -1:
-        raise ValueError(f"{name} needs the batch last (--batch-axes -1)")
+    if pallas and batch_axis != -1:
+        raise ValueError("pallas_actor_rollout needs the batch last (--batch-axes -1)")
     quad = make_env("quadrotor-hover", QuadrotorConfig(params=args.params))
     sizes = quad.observation_size
     history = 4 * quad.unwrapped.config.action_history  # the actor observation's last rows
-    split = (pallas and args.pallas_history_from_state) or name == "fused_rollout"
-    if name in ("actor_rollout", *TRITON):
+    split = pallas and args.pallas_history_from_state
+    if name in ("actor_rollout", "pallas_actor_rollout"):
         quad = ObservationSubset(quad, head=sizes["state"][0] - history if split else None)
     env = wrap_for_training(quad, quad.unwrapped.config.episode_steps, batch_axis)
     with_policy = name != "env"
@@ -246,18 +233,6 @@ def make_rollout(args: Args, batch: int, key: jax.Array, name: str, batch_axis: 
         env.action_size,
         action_bias=float(env.default_action[0]),
     )
-
-    if name == "fused_rollout":
-        fused = make_fused_rollout(
-            env,
-            net := ac.init(k_net),
-            args.env_steps,
-            block_size=min(batch, args.fused_block_size),
-            num_warps=args.fused_num_warps,
-            unroll=args.fused_unroll,
-            fast_tanh=args.pallas_fast_tanh,
-        )
-        return jax.jit(lambda s, n, a: fused(s), donate_argnums=0), (state, net, action)
 
     def rollout(state, net, action):
         policy = make_policy(ac, net, deterministic=True)
@@ -311,30 +286,7 @@ def bench_env(args: Args, batch: int, key: jax.Array, name: str, batch_axis: int
     )
     feature_axis = 1 if batch_axis == 0 else 0
     r["observation_sizes"] = {k: v.shape[feature_axis] for k, v in box["state"].obs.items()}
-    if name == "fused_rollout":
-        box.clear()  # the timed state's device memory
-        r["agreement"] = fused_agreement(args, batch, key)
     return r
-
-
-def fused_agreement(args: Args, batch: int, key: jax.Array) -> dict:
-    """`fused_rollout` against `pallas_actor_rollout` (XLA's step) for one call from the same
-    state: finished episodes, and per env whether the episode counter and the position agree."""
-    out = {}
-    for name in TRITON:
-        run, (state, net, action) = make_rollout(args, batch, key, name, -1)
-        out[name] = run(state, net, action)
-        del state
-    (xs, xr), (fs, fr) = out["pallas_actor_rollout"], out["fused_rollout"]
-    same = xs.info["steps"] == fs.info["steps"]
-    gap = jnp.max(jnp.abs(jnp.stack(xs.data.rigid.pos) - jnp.stack(fs.data.rigid.pos)), axis=0)
-    return {
-        "steps": args.env_steps,
-        "finished_episodes": {"xla": int(xr), "fused": int(fr)},
-        "same_episode_step": float(jnp.mean(same)),
-        "position_within_1mm": float(jnp.mean(same & (gap <= 1e-3))),
-        "position_gap_median_m": float(jnp.nanmedian(jnp.where(same, gap, jnp.nan))),
-    }
 
 
 def run_ours(args: Args) -> dict:
@@ -344,7 +296,7 @@ def run_ours(args: Args) -> dict:
         (name, axis) for axis in args.batch_axes for name in args.benchmarks if name != "dynamics"
     ]
     for name, axis in runs:
-        if name in TRITON and (axis != -1 or _on_cpu()):
+        if name == "pallas_actor_rollout" and (axis != -1 or _on_cpu()):
             continue  # a Triton kernel over batch-last observations
         res: dict = {}
         for batch in args.batch_sizes:
@@ -376,8 +328,6 @@ INCLUDES = {
     "observation is not computed).",
     "pallas_actor_rollout": "actor_rollout with the actor as one Pallas kernel (normalizer, "
     "hidden layers on chip, TF32 tensor cores).",
-    "fused_rollout": "pallas_actor_rollout as one kernel over a call's steps: the state stays in "
-    "registers (the same env, actor and random draws).",
 }
 PEER_INCLUDES = {
     "dynamics": "l2f vector step: RK4 rigid body + rotor lag, dt 0.01 s, action history (16); "

@@ -41,7 +41,7 @@ from jax.experimental.pallas import triton as pltr
 
 from policies.actor_critic import Params
 
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "tanh": jnp.tanh,
     "relu": jax.nn.relu,
     "elu": jax.nn.elu,
@@ -60,7 +60,7 @@ def _chunks(n: int) -> list[tuple[int, int]]:
     return out
 
 
-def actor_operands(params: Params) -> list[jax.Array]:
+def _operands(params: Params) -> list[jax.Array]:
     """Kernel operands: mean and 1/σ [F, 1], per hidden layer W [in, out] and b [1, out], the
     output layer's Wᵀ [A, in] and b [A, 1]."""
     dense = params["actor"]["params"]
@@ -81,8 +81,7 @@ def actor_operands(params: Params) -> list[jax.Array]:
 
 def _kernel(*refs, parts: tuple[int, ...], act, clip: float, block: int, trips: int):
     """One program: `trips` blocks of `block` envs; refs: the observation's row blocks [F_i,
-    trips·block] (`parts` = their F_i, in order), `actor_operands`, then out_ref [A,
-    trips·block]. The
+    trips·block] (`parts` = their F_i, in order), `_operands`, then out_ref [A, trips·block]. The
     weights are read once, before the loop over the blocks. The hidden layers are env-major,
     [block, H]: the MMA's rows are envs."""
     obs_refs, (mean_ref, inv_ref, *layer_refs, out_ref) = refs[: len(parts)], refs[len(parts) :]
@@ -111,22 +110,14 @@ def _kernel(*refs, parts: tuple[int, ...], act, clip: float, block: int, trips: 
                 h = h + jnp.dot(z.T, w, preferred_element_type=jnp.float32)
             else:  # outer product: [block, 1] * [1, H1]
                 h = h + z.T * w
-        for j, a in enumerate(actor_tail(h, layers, out_rows, act)):
-            out_ref[j, cols] = a
+        h = act(h)
+        for w, b in layers:
+            h = act(jnp.dot(h, w, preferred_element_type=jnp.float32) + b)
+        for j, (w, b) in enumerate(out_rows):  # output layer: one weighted row sum per action
+            out_ref[j, cols] = jnp.clip(jnp.sum(h * w, axis=1) + b, -1.0, 1.0)
         return carry
 
     jax.lax.fori_loop(0, trips, run_block, 0)
-
-
-def actor_tail(h: jax.Array, layers, out_rows, act) -> list[jax.Array]:
-    """Inside a kernel: the actions, one [block] row each, from the first layer's pre-activation
-    `h` [block, H₁]; `layers`: the other hidden layers' (W, b [1, H]), `out_rows`: per action its
-    output weights [1, H] and bias (`actor_operands`). The output layer is one weighted row sum
-    per action."""
-    h = act(h)
-    for w, b in layers:
-        h = act(jnp.dot(h, w, preferred_element_type=jnp.float32) + b)
-    return [jnp.clip(jnp.sum(h * w, axis=1) + b, -1.0, 1.0) for w, b in out_rows]
 
 
 def _trips(blocks: int, programs: int) -> int:
@@ -136,16 +127,6 @@ def _trips(blocks: int, programs: int) -> int:
     while programs and blocks % (2 * trips) == 0 and blocks // (2 * trips) >= programs:
         trips *= 2
     return trips
-
-
-def kernel_activation(activation: str, fast_tanh: bool = False) -> Callable:
-    """The activation for a kernel; fast_tanh: the GPU's tanh.approx.f32 for "tanh" (Triton only,
-    not under `interpret`)."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}; one of {sorted(ACTIVATIONS)}")
-    if fast_tanh and activation == "tanh":
-        return pltr.approx_tanh
-    return ACTIVATIONS[activation]
 
 
 def make_pallas_actor(
@@ -170,9 +151,13 @@ def make_pallas_actor(
         raise ValueError(f"block_size must be a power of two ≥ 16, got {block_size}")
     if programs < 0:
         raise ValueError(f"programs must be ≥ 0, got {programs}")
-    ops = actor_operands(params)
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; one of {sorted(_ACTIVATIONS)}")
+    ops = _operands(params)
     n_obs, n_act = ops[0].shape[0], ops[-1].shape[0]
-    act = kernel_activation(activation, fast_tanh and not interpret)
+    act = _ACTIVATIONS[activation]
+    if fast_tanh and activation == "tanh" and not interpret:
+        act = pltr.approx_tanh
 
     def whole(x: jax.Array) -> pl.BlockSpec:
         return pl.BlockSpec(x.shape, lambda i: (0,) * x.ndim)
