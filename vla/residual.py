@@ -297,12 +297,13 @@ def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
     steps = cfg.episode_steps or ccfg.max_steps
     arm = dataclasses.replace(collect_arm_config(ccfg), episode_steps=steps)
     seconds = steps * arm.ctrl_dt
-    if cfg.view == "vla":
-        residual = ResidualConfig(base="vla_view", base_run=str(ckpt), scale=cfg.scale)
-    else:
-        residual = ResidualConfig(
-            base="vla", base_run=str(ckpt), scale=cfg.scale, augmentation=cfg.augmentation
-        )
+    view = cfg.view == "vla"  # no object poses to corrupt
+    residual = ResidualConfig(
+        base="vla_view" if view else "vla",
+        base_run=str(ckpt),
+        scale=cfg.scale,
+        augmentation=ObsAugmentation() if view else cfg.augmentation,
+    )
     return dataclasses.replace(
         ARM_PRESETS["cpu"],
         task="arm-pick-place",

@@ -119,9 +119,10 @@ class ResidualWrapper(Wrapper):
         else:
             base_action, carry = self.base.apply(base_obs, carry)
         base_action = jnp.clip(base_action, -1.0, 1.0)
-        actor_obs = corrupted if "residual" in targets else obs
         if self._observe is not None:
             actor_obs = self._observe(base_obs, carry)
+        else:
+            actor_obs = corrupted if "residual" in targets else obs
         wrapped = {
             **inner.obs,
             "state": jnp.concatenate([actor_obs, base_action]),
