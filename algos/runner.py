@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -60,11 +61,11 @@ from algos.run_folder import (
 )
 
 LOG = "run.log"
-PLOT_EVERY_S = 10.0
+PLOT_EVERY_S = 30.0
 """Seconds between redraws of learning_curve.png at checkpoints, counted from the session's
-first update (a redraw costs ~0.2 s, the first with matplotlib's import 0.8–1.2 s: the README
-main job, ~7 s of updates on the CPU, draws only at its end); the last checkpoint of a session
-always redraws."""
+first update; the last checkpoint of a session always redraws. A redraw costs ~0.2 s, the first
+with matplotlib's import ~1 s: at 10 s, the README main job (12–17 s of updates on a slow 2-core
+machine) redrew once mid-run, 1.3 s of its clock."""
 LEARNING_CURVE = "learning_curve.png"
 EVAL_PLOT = "eval_trajectories.png"
 
@@ -351,9 +352,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
     metrics_log, validation_log = MetricsLog(run_dir), MetricsLog(run_dir, VALIDATION)
     previous = read_metrics(run_dir)
     wall0 = previous[-1].get("wall_time_s", 0.0) if previous else 0.0
-    from tensorboardX import SummaryWriter
-
-    writer = SummaryWriter(str(run_dir / "tb"), purge_step=start * batch + 1)
+    writer = _TensorBoard(run_dir / "tb", purge_step=start * batch + 1)
     saved, t_first, stats = ts, None, {"sps": 0.0, "ret": float("nan"), "term": float("nan")}
     plotted = math.inf  # set at the first update
     t_start, t_init, cache_before = timing
@@ -385,8 +384,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                     **metrics,
                 }
                 metrics_log.append(row)
-                for k, v in metrics.items():
-                    writer.add_scalar(k, v, u * batch)
+                writer.add(metrics, u * batch)
                 saved, stats = (
                     ts,
                     _stats(stats, metrics, batch / max(now - t0, 1e-9), first=u == start + 1),
@@ -396,8 +394,8 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                 if validate is not None and (cfg.validation.due(u) or u == total):
                     summary = validate(ts.params)
                     validation_log.append({"update": u, "env_steps": u * batch, **summary})
-                    for k in ("success_rate", "pos_rmse_m", "termination_rate"):
-                        writer.add_scalar(f"validation/{k}", summary[k], u * batch)
+                    keys = ("success_rate", "pos_rmse_m", "termination_rate")
+                    writer.add({f"validation/{k}": summary[k] for k in keys}, u * batch)
                     log(f"validation at update {u}: {format_summary(summary)}")
                     rate = summary["success_rate"]
                     stop = rate >= cfg.validation.stop_at
@@ -426,6 +424,50 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
     finally:
         writer.close()
     return ts
+
+
+class _TensorBoard:
+    """TensorBoard scalars written by a thread of their own: tensorboardX took ~2 ms per update
+    (0.8–1.1 s of a 500-update CPU run) on the main thread, and here it runs while that one waits
+    for the next update. `flush` returns once everything added before it is on disk."""
+
+    def __init__(self, folder: Path, purge_step: int):
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._writer = self._pool.submit(
+            lambda: _summary_writer()(str(folder), purge_step=purge_step)
+        )
+
+    def add(self, scalars: dict[str, float], step: int) -> None:
+        self._pool.submit(self._add, scalars, step)
+
+    def _add(self, scalars: dict[str, float], step: int) -> None:
+        writer = self._writer.result()
+        for k, v in scalars.items():
+            writer.add_scalar(k, v, step)
+
+    def flush(self) -> None:
+        self._pool.submit(lambda: self._writer.result().flush()).result()
+
+    def close(self) -> None:
+        closed = self._pool.submit(lambda: self._writer.result().close())
+        self._pool.shutdown(wait=True)
+        closed.result()
+
+
+def _summary_writer() -> type:
+    """tensorboardX's SummaryWriter, imported without torch: tensorboardX imports torch when it
+    is installed (the [vla] extra) only to name a type hint, which took ~1 s of the clock of a CPU
+    run here. A torch already loaded is left alone."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # makes `import torch` raise ImportError
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
 
 
 def _stats(prev: dict, metrics: dict, sps: float, first: bool) -> dict[str, float]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import io
 import json
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -198,6 +201,18 @@ def test_budget_ending_below_the_best_validation_keeps_the_best_parameters(tmp_p
     best, last = (load_checkpoint(checkpoint_path(run, u), like) for u in (16, UPDATES))
     assert last.update == UPDATES
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), best.params, last.params)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_tensorboard_writer_is_imported_without_torch():
+    """tensorboardX imports torch when it can (~1 s of a CPU run's clock): the runner's import
+    hides it, and torch still imports afterwards."""
+    code = (
+        "import sys; from algos.runner import _summary_writer; W = _summary_writer(); "
+        "assert W.__name__ == 'SummaryWriter' and 'torch' not in sys.modules, sorted(sys.modules); "
+        "import torch; assert torch.zeros(1).shape == (1,)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_validation_schedule():
