@@ -361,6 +361,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
         ((r["success_rate"], int(r["update"])) for r in read_metrics(run_dir, VALIDATION)),
         default=(-1.0, None),
     )
+    spent = dict.fromkeys(("updates", "validations", "checkpoints"), 0.0)
     try:
         with _progress(console) as progress:
             task = progress.add_task(
@@ -371,7 +372,9 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                 ts, metrics = update_fn(ts)
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 now = time.perf_counter()
-                if t_first is None:
+                if t_first is not None:
+                    spent["updates"] += now - t0
+                else:
                     t_first, plotted, validate = now, now, make_validate()
                     log(
                         f"time to first update {now - t_start:.1f} s (init {t_init:.1f} s; "
@@ -392,6 +395,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                 progress.update(task, completed=u * batch, **stats)
                 stop = False
                 if validate is not None and (cfg.validation.due(u) or u == total):
+                    t0 = time.perf_counter()
                     summary = validate(ts.params)
                     validation_log.append({"update": u, "env_steps": u * batch, **summary})
                     keys = ("success_rate", "pos_rmse_m", "termination_rate")
@@ -408,14 +412,19 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                             f"final policy: the parameters of update {best[1]} (validation "
                             f"{best[0]:.1%}, against {rate:.1%} at the end)"
                         )
+                    spent["validations"] += time.perf_counter() - t0
                 if u % cfg.checkpoint_every == 0 or u == end or stop or best[1] == u:
                     plot = u == end or stop or now - plotted >= PLOT_EVERY_S
                     plotted = now if plot else plotted
+                    t0 = time.perf_counter()
                     _checkpoint(
                         run_dir, ts, cfg_hash, writer, log, total, batch, stats, best[1], plot
                     )
+                    spent["checkpoints"] += time.perf_counter() - t0
                 if stop:
                     break
+        if t_first is not None:
+            _log_clock(log, spent, int(ts.update) - start - 1, t_first - t_start, t_first)
     except KeyboardInterrupt:
         if int(saved.update) > start:
             _checkpoint(run_dir, saved, cfg_hash, writer, log, total, batch, stats, best[1])
@@ -424,6 +433,18 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
     finally:
         writer.close()
     return ts
+
+
+def _log_clock(log, spent: dict[str, float], updates: int, first: float, t_first: float) -> None:
+    """One run.log line: where this session's clock went after the first update."""
+    rest = time.perf_counter() - t_first - sum(spent.values())
+    each = 1e3 * spent["updates"] / max(updates, 1)
+    log(
+        f"clock: {first:.1f} s to the first update, then {updates} updates "
+        f"{spent['updates']:.1f} s ({each:.1f} ms each), validations "
+        f"{spent['validations']:.1f} s, checkpoints and plots {spent['checkpoints']:.1f} s, "
+        f"logging and the rest {rest:.1f} s"
+    )
 
 
 class _TensorBoard:

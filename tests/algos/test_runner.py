@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,8 @@ def test_train_writes_the_run_folder(finished_run):
     assert set(result.eval) == {"success_rate", "pos_rmse_m", "termination_rate", "episodes"}
     log = (run / "run.log").read_text()
     assert "time to first update" in log and "compilation cache" in log
+    clock = re.search(rf"clock: [\d.]+ s to the first update, then {UPDATES - 1} updates ", log)
+    assert clock and "validations" in log and "checkpoints and plots" in log
     assert jax.config.jax_compilation_cache_dir
 
 
