@@ -8,6 +8,7 @@ import io
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -53,6 +54,23 @@ def tiny_config(**overrides) -> TrainConfig:
     return dataclasses.replace(cfg, **overrides)
 
 
+def tensorboard_scalars(folder) -> dict[tuple[str, int], float]:
+    """{(tag, step): value} of the TensorBoard event files in `folder` (TFRecord framing: length,
+    its CRC, the Event, its CRC)."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    out = {}
+    for path in folder.glob("events.out.tfevents.*"):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i : i + 8])
+            event = Event.FromString(data[i + 12 : i + 12 + n])
+            i += 12 + n + 4
+            for v in event.summary.value:
+                out[v.tag, event.step] = v.simple_value
+    return out
+
+
 def quiet() -> Console:
     return Console(file=io.StringIO(), width=200)
 
@@ -87,7 +105,11 @@ def test_train_writes_the_run_folder(finished_run):
     rows = read_metrics(run)
     assert [int(r["update"]) for r in rows] == list(range(1, UPDATES + 1))
     assert rows[-1]["env_steps"] == UPDATES * 2048 and "episode/return" in rows[0]
-    assert list((run / "tb").glob("events.out.tfevents.*"))
+    scalars = tensorboard_scalars(run / "tb")
+    for row in (rows[0], rows[-1]):  # every metric of the row, as one event at its env step
+        logged = {k: v for k, v in row.items() if k not in ("update", "env_steps", "wall_time_s")}
+        step = int(row["env_steps"])
+        assert {k: scalars[k, step] for k in logged} == pytest.approx(logged)
     doc = json.loads((run / "eval.json").read_text())
     assert doc["update"] == UPDATES and doc["episodes"] == 8
     assert {k: doc[k] for k in result.eval} == result.eval
