@@ -352,7 +352,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
     metrics_log, validation_log = MetricsLog(run_dir), MetricsLog(run_dir, VALIDATION)
     previous = read_metrics(run_dir)
     wall0 = previous[-1].get("wall_time_s", 0.0) if previous else 0.0
-    writer = _summary_writer()(str(run_dir / "tb"), purge_step=start * batch + 1)
+    writer = _summary_writer(run_dir / "tb", purge_step=start * batch + 1)
     saved, t_first, stats = ts, None, {"sps": 0.0, "ret": float("nan"), "term": float("nan")}
     plotted = math.inf  # set at the first update
     t_start, t_init, cache_before = timing
@@ -448,28 +448,28 @@ def _log_clock(log, spent: dict[str, float], updates: int, first: float, t_first
 
 
 def _add_scalars(writer, scalars: dict[str, float], step: int) -> None:
-    """`scalars` as one TensorBoard event: `add_scalar` per value took 1.6 ms per update here (19
-    values; 0.8 s of a 500-update CPU run), one event of 19 values 0.14 ms."""
+    """`scalars` as one TensorBoard event, through the file writer that `add_scalar` uses:
+    `add_scalar` per value took 1.6 ms per update here (19 values; 0.8 s of a 500-update CPU
+    run), one event of 19 values 0.14 ms."""
     from tensorboardX.proto.summary_pb2 import Summary
 
     values = [Summary.Value(tag=k, simple_value=v) for k, v in scalars.items()]
     writer._get_file_writer().add_summary(Summary(value=values), step)
 
 
-def _summary_writer() -> type:
-    """tensorboardX's SummaryWriter, imported without torch: tensorboardX imports torch when it
-    is installed (the [vla] extra) only to name a type hint, which took ~1 s of the clock of a CPU
-    run here. A torch already loaded is left alone."""
-    if "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-
-        return SummaryWriter
-    sys.modules["torch"] = None  # makes `import torch` raise ImportError
+def _summary_writer(folder: Path, purge_step: int):
+    """A tensorboardX SummaryWriter on `folder`, imported without torch: tensorboardX imports
+    torch when it is installed (the [vla] extra) only to name a type hint, ~1 s of a CPU run's
+    clock here. A torch already loaded is left alone."""
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # makes `import torch` raise ImportError
     try:
         from tensorboardX import SummaryWriter
     finally:
-        del sys.modules["torch"]
-    return SummaryWriter
+        if hide:
+            del sys.modules["torch"]
+    return SummaryWriter(str(folder), purge_step=purge_step)
 
 
 def _stats(prev: dict, metrics: dict, sps: float, first: bool) -> dict[str, float]:
