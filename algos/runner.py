@@ -424,7 +424,7 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
                 if stop:
                     break
         if t_first is not None:
-            _log_clock(log, spent, int(ts.update) - start - 1, t_first - t_start, t_first)
+            _log_clock(log, spent, int(ts.update) - start - 1, t_start, t_first)
     except KeyboardInterrupt:
         if int(saved.update) > start:
             _checkpoint(run_dir, saved, cfg_hash, writer, log, total, batch, stats, best[1])
@@ -435,12 +435,13 @@ def _loop(update_fn, make_validate, cfg, run_dir, ts, end, cfg_hash, log, consol
     return ts
 
 
-def _log_clock(log, spent: dict[str, float], updates: int, first: float, t_first: float) -> None:
-    """One run.log line: where this session's clock went after the first update."""
+def _log_clock(log, spent: dict[str, float], updates: int, t_start: float, t_first: float) -> None:
+    """One run.log line: the seconds from `t_start` to the first update (at `t_first`), then
+    where the session's clock went (`spent` on the `updates` after the first, and the rest)."""
     rest = time.perf_counter() - t_first - sum(spent.values())
     each = 1e3 * spent["updates"] / max(updates, 1)
     log(
-        f"clock: {first:.1f} s to the first update, then {updates} updates "
+        f"clock: {t_first - t_start:.1f} s to the first update, then {updates} updates "
         f"{spent['updates']:.1f} s ({each:.1f} ms each), validations "
         f"{spent['validations']:.1f} s, checkpoints and plots {spent['checkpoints']:.1f} s, "
         f"logging and the rest {rest:.1f} s"

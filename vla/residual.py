@@ -297,12 +297,12 @@ def residual_train_config(cfg: VLAResidualConfig) -> TrainConfig:
     steps = cfg.episode_steps or ccfg.max_steps
     arm = dataclasses.replace(collect_arm_config(ccfg), episode_steps=steps)
     seconds = steps * arm.ctrl_dt
-    view = cfg.view == "vla"  # no object poses to corrupt
+    vla_view = cfg.view == "vla"  # no object poses to corrupt
     residual = ResidualConfig(
-        base="vla_view" if view else "vla",
+        base="vla_view" if vla_view else "vla",
         base_run=str(ckpt),
         scale=cfg.scale,
-        augmentation=ObsAugmentation() if view else cfg.augmentation,
+        augmentation=ObsAugmentation() if vla_view else cfg.augmentation,
     )
     return dataclasses.replace(
         ARM_PRESETS["cpu"],
