@@ -211,7 +211,7 @@ APG_PRESETS: dict[str, TrainConfig] = {
     "gpu": dataclasses.replace(
         _QUAD,
         algo="apg",
-        apg=APGConfig(num_envs=4096, learning_rate=1e-2, total_timesteps=122_880_000),
+        apg=APGConfig(num_envs=4096, learning_rate=1e-2, total_timesteps=122_880_000, unroll=4),
         validation=ValidationConfig(every=10, start=60, stop_at=0.96),
     ),
 }

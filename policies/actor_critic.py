@@ -63,12 +63,38 @@ class ActorCritic(NamedTuple):
 
     init(key) -> params
     actor(params, obs [..., obs]) -> (mean [..., A], log_std [A])  (normalizes inside)
+    actor_taps(params, obs, taps) -> (mean, inputs): the actor's mean with `taps[i]` added to its
+        Dense layer i's output, and each Dense layer's input (`mlp_taps`)
     critic(params, critic_obs [..., C]) -> value [...]
     """
 
     init: Callable[[jax.Array], Params]
     actor: Callable[[Params, jax.Array], tuple[jax.Array, jax.Array]]
+    actor_taps: Callable[[Params, jax.Array, Sequence[jax.Array]], tuple[jax.Array, list]]
     critic: Callable[[Params, jax.Array], jax.Array]
+
+
+def mlp_taps(
+    variables: Params, x: jax.Array, activation: Callable, taps: Sequence[jax.Array]
+) -> tuple[jax.Array, list[jax.Array]]:
+    """`MLP.apply(variables, x)` with `taps[i]` added to Dense layer i's output; also returns
+    each Dense layer's input.
+
+    The gradient with respect to `taps[i]` is the cotangent g of layer i's output, so that
+    layer's kernel gradient is inputᵀ g and its bias gradient Σ g. A learner that runs the network
+    at every step of a differentiated loop can feed it stopped weights and zero taps and form the
+    weight gradients after the loop, one matrix product over all steps (`algos.apg`), instead of
+    one per step inside the backward loop.
+    """
+    dense = variables["params"]
+    inputs = []
+    for i, tap in enumerate(taps):
+        layer = dense[f"Dense_{i}"]
+        inputs.append(x)
+        x = x @ layer["kernel"] + layer["bias"] + tap
+        if i < len(taps) - 1:
+            x = activation(x)
+    return x, inputs
 
 
 def make_actor_critic(
@@ -98,11 +124,14 @@ def make_actor_critic(
             "log_std"
         ]
 
+    def actor_taps(params: Params, obs: jax.Array, taps: Sequence[jax.Array]):
+        return mlp_taps(params["actor"], normalize(params["obs_norm"], obs), act, taps)
+
     def critic(params: Params, critic_obs: jax.Array) -> jax.Array:
         x = normalize(params["critic_norm"], critic_obs)
         return critic_net.apply(params["critic"], x)[..., 0]
 
-    return ActorCritic(init, actor, critic)
+    return ActorCritic(init, actor, actor_taps, critic)
 
 
 def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, x: jax.Array) -> jax.Array:

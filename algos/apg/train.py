@@ -53,28 +53,48 @@ def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
             jnp.zeros((), jnp.int32),
         )
 
-    def loss_fn(actor, params, state: State, key: jax.Array):
-        params = {**params, "actor": actor}
+    widths = (*cfg.network.actor_hidden, env.action_size)
 
-        def step(carry, key_step):
-            s, alive = carry
-            action, _ = ac.actor(params, s.obs["state"])
+    def window_loss(taps: list[jax.Array], params, state: State, key: jax.Array):
+        """−mean reward of the window. The actor's weights enter stopped and its Dense layers'
+        outputs through `taps` (zeros [H, B, width]); also returns the layers' inputs."""
+        params = {**params, "actor": stop(params["actor"])}
+
+        def step(carry, xs):
+            (s, alive), (key_step, tap) = carry, xs
+            action, inputs = ac.actor_taps(params, s.obs["state"], tap)
             if cfg.action_noise:  # not drawn at 0 (XLA keeps a draw times 0.0: 860 HLO ops)
                 action = action + cfg.action_noise * jax.random.normal(key_step, action.shape)
             ns = inner.step(s, action)
             live = alive * (1.0 - ns.done)
             nxt = jax.tree.map(lambda new, old: _where(live > 0, new, stop(old)), ns, s)
             obs = s.obs["state"]
-            return (nxt, live), Window(
-                ns.reward, ns.metrics, ns.info["truncation"], ns.done, alive, obs
-            )
+            window = Window(ns.reward, ns.metrics, ns.info["truncation"], ns.done, alive, obs)
+            return (nxt, live), (window, inputs)
 
-        (last, _), window = jax.lax.scan(
+        (last, _), (window, inputs) = jax.lax.scan(
             step,
             (state, jnp.ones(cfg.num_envs)),
-            jax.random.split(key, cfg.horizon),
+            (jax.random.split(key, cfg.horizon), taps),
+            unroll=cfg.unroll,
         )
-        return -jnp.mean(_alive_rewards(window)), (stop(last), stop(window))
+        return -jnp.mean(_alive_rewards(window)), (stop(last), stop(window), inputs)
+
+    def loss_and_grads(params, state: State, key: jax.Array):
+        """The window's loss and its gradient for the actor's weights. The backward loop yields
+        each step's cotangent g of every layer's output (the taps'); a layer's kernel gradient is
+        then Σ_t x_tᵀ g_t over the window, one product after the loop instead of one per step
+        inside it (CPU update 14.3 → 11.9 ms, README "What bounds the update")."""
+        taps = [jnp.zeros((cfg.horizon, cfg.num_envs, w)) for w in widths]
+        loss, vjp, (last, window, inputs) = jax.vjp(
+            lambda t: window_loss(t, params, state, key), taps, has_aux=True
+        )
+        (cotangents,) = vjp(jnp.ones_like(loss))
+        grads = {
+            f"Dense_{i}": {"kernel": jnp.einsum("hbi,hbo->io", x, g), "bias": g.sum((0, 1))}
+            for i, (x, g) in enumerate(zip(inputs, cotangents, strict=True))
+        }
+        return loss, last, window, {"params": grads}
 
     def update(ts: TrainState) -> tuple[TrainState, dict]:
         key, key_roll, key_reset = jax.random.split(ts.key, 3)
@@ -88,8 +108,7 @@ def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
         env_state = env_state.replace(
             info={**env_state.info, "progress": jnp.full((cfg.num_envs,), progress)}
         )
-        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (loss, (last, window)), grads = grad_fn(ts.params["actor"], ts.params, env_state, key_roll)
+        loss, last, window, grads = loss_and_grads(ts.params, env_state, key_roll)
         # A window that reached a non-finite state gives non-finite gradients: skip it (by hand:
         # optax.apply_if_finite gives other float bits, and the committed runs would not reproduce).
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))

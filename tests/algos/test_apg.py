@@ -39,6 +39,7 @@ def small(**overrides) -> APGConfig:
         (APGConfig(num_envs=0), "apg.num_envs"),
         (APGConfig(learning_rate=0.0), "learning_rate"),
         (APGConfig(action_noise=-0.1), "action_noise"),
+        (APGConfig(unroll=0), "apg.unroll"),
     ],
 )
 def test_bad_config_names_the_field(cfg, match):
@@ -70,6 +71,18 @@ def test_update_moves_the_actor_only_with_finite_gradients():
     done = np.asarray(ts2.env_state.done) > 0
     steps = np.asarray(ts2.env_state.info["steps"])
     assert np.all(steps[~done] == 8) and np.all(steps[done] < 8)
+
+
+def test_unrolled_window_gives_the_same_update():
+    env = make_env("quadrotor-hover")
+    ts = jax.jit(make_train(small(), env, 500).init)(jax.random.key(0))
+    one, two = (jax.jit(make_train(small(unroll=u), env, 500).update)(ts)[0] for u in (1, 2))
+    for a, b in zip(jax.tree.leaves(one.params), jax.tree.leaves(two.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(
+        one.params["actor"]["params"]["Dense_0"]["kernel"],
+        ts.params["actor"]["params"]["Dense_0"]["kernel"],
+    )
 
 
 def test_ended_episodes_keep_their_statistics_and_are_reset_by_the_next_update():

@@ -106,3 +106,35 @@ def test_policy_sampling(net):
     det, extras = make_policy(ac, params, deterministic=True)(obs, jax.random.key(8))
     np.testing.assert_array_equal(det, jnp.clip(mean, -1, 1))
     assert extras == {}
+
+
+def test_tapped_actor_gives_the_actor_and_its_weight_gradients_outside_a_loop(net):
+    """`actor_taps` with zero taps is `actor`; in a differentiated loop whose weights enter
+    stopped, Σ_t inputᵀ·(tap cotangent) over the steps is autodiff's weight gradient (APG's use)."""
+    ac, params = net
+    widths = (*CFG.actor_hidden, ACT)
+    steps, batch = 5, 3
+    obs0 = jax.random.normal(jax.random.key(9), (batch, OBS))
+    zero = [jnp.zeros((batch, w)) for w in widths]
+    mean, inputs = ac.actor_taps(params, obs0, zero)
+    np.testing.assert_allclose(mean, ac.actor(params, obs0)[0], atol=1e-6)
+    assert [x.shape for x in inputs] == [(batch, OBS), (batch, 32), (batch, 32)]
+    mix = jax.random.normal(jax.random.key(10), (ACT, OBS))
+
+    def rollout(actor, taps):  # obs feed back through the actions, as a simulator's do
+        def step(obs, tap):
+            a, ins = ac.actor_taps({**params, "actor": actor}, obs, tap)
+            return jnp.tanh(obs + a @ mix), (jnp.sum(a**2), ins)
+
+        _, (cost, ins) = jax.lax.scan(step, obs0, taps)
+        return cost.sum(), ins
+
+    taps = [jnp.zeros((steps, batch, w)) for w in widths]
+    want = jax.grad(lambda p: rollout(p, taps)[0])(params["actor"])
+    stopped = jax.lax.stop_gradient(params["actor"])
+    cot, ins = jax.grad(lambda t: rollout(stopped, t), has_aux=True)(taps)
+    for i, (x, g) in enumerate(zip(ins, cot, strict=True)):
+        layer = want["params"][f"Dense_{i}"]
+        np.testing.assert_allclose(jnp.einsum("tbi,tbo->io", x, g), layer["kernel"], atol=1e-5)
+        np.testing.assert_allclose(g.sum((0, 1)), layer["bias"], atol=1e-5)
+        assert float(jnp.abs(layer["kernel"]).max()) > 1e-4  # a gradient that can be wrong
