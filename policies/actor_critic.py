@@ -87,6 +87,8 @@ def mlp_taps(
     one per step inside the backward loop.
     """
     dense = variables["params"]
+    if len(taps) != len(dense):
+        raise ValueError(f"mlp_taps: {len(taps)} taps for an MLP of {len(dense)} Dense layers")
     inputs = []
     for i, tap in enumerate(taps):
         layer = dense[f"Dense_{i}"]

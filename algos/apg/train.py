@@ -3,14 +3,16 @@
 Each update runs `horizon` steps of `num_envs` envs with the deterministic actor (plus optional
 reparameterized noise) and takes one Adam step on −mean reward, differentiated through the
 dynamics, the observations and the actor (truncated BPTT, as brax's APG and SHAC without its
-critic). Episodes continue across updates (the last state is carried, gradients stop there). An
-env whose episode ends inside the window is frozen at its last state, marked `done`, and reset at
-the start of the next update (resetting inside the window costs a while loop per step: 1.7× the
-update time and 3× the compilation on the CPU). `init` builds placeholder states, all marked
-`done`, so the first update draws the initial states: the reset is compiled once, inside the
-update, not also in `init` (~1.5 s less compilation before the first update on the CPU). The
-terminal reward is a constant and carries no gradient: termination is avoided through the shaped
-terms before it.
+critic). The actor's weight gradients are formed after the window's backward loop, one product per
+layer over all steps, from the cotangents of zero taps on its layers' outputs
+(`ActorCritic.actor_taps`). Episodes continue across updates (the last state is carried, gradients
+stop there). An env whose episode ends inside the window is frozen at its last state, marked
+`done`, and reset at the start of the next update (resetting inside the window costs a while loop
+per step: 1.7× the update time and 3× the compilation on the CPU). `init` builds placeholder
+states, all marked `done`, so the first update draws the initial states: the reset is compiled
+once, inside the update, not also in `init` (~1.5 s less compilation before the first update on the
+CPU). The terminal reward is a constant and carries no gradient: termination is avoided through the
+shaped terms before it.
 
 `make_train(cfg, env, episode_length)` returns the same `Trainer` as PPO's (init, update, train,
 network, env); the network is PPO's actor-critic, so evaluation and export treat both alike.

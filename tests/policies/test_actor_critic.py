@@ -138,3 +138,9 @@ def test_tapped_actor_gives_the_actor_and_its_weight_gradients_outside_a_loop(ne
         np.testing.assert_allclose(jnp.einsum("tbi,tbo->io", x, g), layer["kernel"], atol=1e-5)
         np.testing.assert_allclose(g.sum((0, 1)), layer["bias"], atol=1e-5)
         assert float(jnp.abs(layer["kernel"]).max()) > 1e-4  # a gradient that can be wrong
+
+
+def test_tapped_actor_needs_one_tap_per_layer(net):
+    ac, params = net
+    with pytest.raises(ValueError, match="2 taps for an MLP of 3 Dense layers"):
+        ac.actor_taps(params, jnp.zeros((1, OBS)), [jnp.zeros((1, 32))] * 2)
