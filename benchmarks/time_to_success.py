@@ -28,7 +28,7 @@ from sim import make_env
 L2F_TD3_SECONDS = 26.8
 
 
-def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
+def run_seed(cfg, seed: int, eval_every: int, threshold: float, stop: bool = False) -> dict:
     env = make_env(cfg.task, cfg.env, cfg.randomization)
     trainer = LEARNERS[cfg.algo].make_train(cfg.learner, env, cfg.env.episode_steps)
     steps, settle = eval_steps(cfg.eval, cfg.env.ctrl_dt)
@@ -58,13 +58,16 @@ def run_seed(cfg, seed: int, eval_every: int, threshold: float) -> dict:
         curve.append([round(train_s, 2), env_steps, summary["success_rate"]])
         if reached is None and summary["success_rate"] >= threshold:
             reached = {"train_seconds": round(train_s, 2), "env_steps": env_steps}
+            if stop:
+                break
     return {
         "seed": seed,
         "compile_and_first_update_s": round(compile_s, 2),
         "reached": reached,
         "final": summary,
         "eval_seconds": round(eval_s, 2),
-        "ms_per_update": round((train_s - compile_s) / (cfg.learner.num_updates - 1) * 1e3, 2),
+        "updates": i + 1,
+        "ms_per_update": round((train_s - compile_s) / i * 1e3, 2),
         "curve": curve,
     }
 
@@ -84,10 +87,15 @@ def main(argv=None) -> dict:
         metavar="KEY=VALUE",
         help="override a TrainConfig field (dotted path, JSON value)",
     )
+    p.add_argument(
+        "--stop",
+        action="store_true",
+        help="end a seed at its first evaluation ≥ the threshold ('final' is then that one)",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     cfg = override(get_preset(a.task, a.preset, a.algo), a.set)
-    seeds = [run_seed(cfg, s, a.eval_every, a.threshold) for s in a.seeds]
+    seeds = [run_seed(cfg, s, a.eval_every, a.threshold, a.stop) for s in a.seeds]
     times = [s["reached"]["train_seconds"] for s in seeds if s["reached"]]
     result = {
         "benchmark": "time_to_success",
