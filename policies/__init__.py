@@ -10,6 +10,7 @@ from policies.actor_critic import (
     gaussian_log_prob,
     make_actor_critic,
     make_policy,
+    mlp_tap_grads,
 )
 from policies.normalizer import NormalizerState, init_normalizer, normalize, update_normalizer
 from policies.pallas_actor import make_pallas_actor
@@ -24,6 +25,7 @@ __all__ = [
     "make_actor_critic",
     "make_pallas_actor",
     "make_policy",
+    "mlp_tap_grads",
     "normalize",
     "update_normalizer",
 ]

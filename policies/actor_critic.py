@@ -81,10 +81,10 @@ def mlp_taps(
     each Dense layer's input.
 
     The gradient with respect to `taps[i]` is the cotangent g of layer i's output, so that
-    layer's kernel gradient is inputᵀ g and its bias gradient Σ g. A learner that runs the network
-    at every step of a differentiated loop can feed it stopped weights and zero taps and form the
-    weight gradients after the loop, one matrix product over all steps (`algos.apg`), instead of
-    one per step inside the backward loop.
+    layer's kernel gradient is inputᵀ g and its bias gradient Σ g (`mlp_tap_grads`). A learner
+    that runs the network at every step of a differentiated loop can feed it stopped weights and
+    zero taps and form the weight gradients after the loop, one matrix product over all steps
+    (`algos.apg`), instead of one per step inside the backward loop.
     """
     dense = variables["params"]
     if len(taps) != len(dense):
@@ -97,6 +97,18 @@ def mlp_taps(
         if i < len(taps) - 1:
             x = activation(x)
     return x, inputs
+
+
+def mlp_tap_grads(inputs: Sequence[jax.Array], cotangents: Sequence[jax.Array]) -> Params:
+    """The MLP's weight gradients, in its variables' structure, from `mlp_taps`' layer inputs and
+    the taps' cotangents over any leading axes (steps, envs): kernel Σ xᵀg, bias Σ g."""
+    dense = {}
+    for i, (x, g) in enumerate(zip(inputs, cotangents, strict=True)):
+        # named axes in this order (not "..."): the order they are summed in sets the float bits
+        lead = "zyxwvu"[: g.ndim - 1]
+        kernel = jnp.einsum(f"{lead}i,{lead}o->io", x, g)
+        dense[f"Dense_{i}"] = {"kernel": kernel, "bias": g.sum(tuple(range(g.ndim - 1)))}
+    return {"params": dense}
 
 
 def make_actor_critic(

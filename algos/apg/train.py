@@ -28,7 +28,7 @@ import optax
 
 from algos.apg.config import APGConfig
 from algos.ppo.train import Trainer, TrainState, make_network
-from policies import update_normalizer
+from policies import mlp_tap_grads, update_normalizer
 from sim import Env, EpisodeWrapper, State, VmapWrapper
 
 
@@ -92,11 +92,7 @@ def make_train(cfg: APGConfig, env: Env, episode_length: int) -> Trainer:
             lambda t: window_loss(t, params, state, key), taps, has_aux=True
         )
         (cotangents,) = vjp(jnp.ones_like(loss))
-        grads = {
-            f"Dense_{i}": {"kernel": jnp.einsum("hbi,hbo->io", x, g), "bias": g.sum((0, 1))}
-            for i, (x, g) in enumerate(zip(inputs, cotangents, strict=True))
-        }
-        return loss, last, window, {"params": grads}
+        return loss, last, window, mlp_tap_grads(inputs, cotangents)
 
     def update(ts: TrainState) -> tuple[TrainState, dict]:
         key, key_roll, key_reset = jax.random.split(ts.key, 3)
